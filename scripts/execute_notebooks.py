@@ -1,0 +1,37 @@
+"""Re-run notebooks in place on this machine and store their fresh outputs.
+
+    python scripts/execute_notebooks.py book/[0-9]*.ipynb     (what `make execute` runs)
+
+Each notebook runs in its own folder (as nbval and Jupyter do), with this interpreter's
+kernel; no timing metadata is stored, so a re-run changes only what the cells print.
+"""
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+
+def execute(path):
+    """Execute one notebook in place; return the seconds it took."""
+    nb = nbformat.read(path, as_version=4)
+    start = time.perf_counter()
+    NotebookClient(nb, timeout=3600, kernel_name='python3', record_timing=False,
+                   resources={'metadata': {'path': str(path.parent)}}).execute()
+    nbformat.write(nb, path)
+    return time.perf_counter() - start
+
+
+def main(paths):
+    if not paths:
+        sys.exit('usage: execute_notebooks.py NOTEBOOK.ipynb [...]')
+    for name in paths:
+        path = Path(name)
+        if not path.is_file():
+            sys.exit(f'{name}: no such notebook')
+        print(f'{path}: executed in {execute(path):.0f} s', flush=True)
+
+
+if __name__ == '__main__':
+    main(sys.argv[1:])

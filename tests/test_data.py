@@ -1,0 +1,55 @@
+"""Our in-memory Fashion-MNIST loader against torchvision's, and its failure when offline."""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import torchvision
+
+import data_parallel as dp
+
+
+def test_batches_equal_torchvision_totensor(fashion_root):
+    reference = torchvision.datasets.FashionMNIST(
+        fashion_root, train=False, transform=torchvision.transforms.ToTensor())
+    loader = torch.utils.data.DataLoader(reference, batch_size=1000, shuffle=False)
+    _, test_iter = dp.load_fashion_mnist(1000, root=fashion_root)
+    assert len(test_iter) == len(loader) == 10
+    for (X, y), (X_ref, y_ref) in zip(test_iter, loader):
+        assert X.dtype == X_ref.dtype == torch.float32
+        assert torch.equal(X, X_ref) and torch.equal(y, y_ref)
+
+
+def test_shuffled_epoch_covers_every_example_once(fashion_root):
+    train_iter, _ = dp.load_fashion_mnist(256, root=fashion_root, num_train=1000)
+    first = torch.cat([y for _, y in train_iter])
+    second = torch.cat([y for _, y in train_iter])
+    reference = torchvision.datasets.FashionMNIST(fashion_root, train=True).targets[:1000]
+    assert [len(y) for _, y in train_iter][-1] == 1000 - 3 * 256
+    assert torch.equal(first.sort().values, reference.sort().values)
+    assert not torch.equal(first, second), 'each pass must reshuffle'
+
+
+def test_same_seed_same_order(fashion_root):
+    a, _ = dp.load_fashion_mnist(100, root=fashion_root, num_train=500, seed=3)
+    b, _ = dp.load_fashion_mnist(100, root=fashion_root, num_train=500, seed=3)
+    assert all(torch.equal(ya, yb) for (_, ya), (_, yb) in zip(a, b))
+
+
+def test_missing_data_offline_fails_fast_with_clear_message(tmp_path):
+    # A proxy on a closed local port stands for "no network": the download fails at once.
+    env = dict(os.environ, MULTIGPU_DATA=str(tmp_path), http_proxy='http://127.0.0.1:9',
+               https_proxy='http://127.0.0.1:9', HTTP_PROXY='http://127.0.0.1:9',
+               HTTPS_PROXY='http://127.0.0.1:9')
+    code = 'import data_parallel as dp; dp.load_fashion_mnist(256)'
+    start = time.monotonic()
+    result = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True,
+                            text=True, timeout=60, cwd=os.path.dirname(dp.__file__))
+    assert time.monotonic() - start < 30
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith('data_parallel.DataUnavailableError')
+    assert 'MULTIGPU_DATA' in last and 'FashionMNIST' in last
+    assert 'urllib' not in result.stderr, 'no traceback from inside the download library'

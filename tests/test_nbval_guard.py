@@ -1,0 +1,34 @@
+"""nbval, as `make test` runs it, catches a wrong stored output and forgives machine noise."""
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+SANITIZE = Path(__file__).with_name('nbval_sanitize.cfg')
+
+
+def run_nbval(tmp_path, code, stored_text):
+    """Write a one-cell notebook whose stored output is stored_text; return nbval's exit code."""
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell(code, execution_count=1)
+    cell.outputs = [nbformat.v4.new_output('stream', name='stdout', text=stored_text)]
+    nb.cells = [cell]
+    path = tmp_path / 'probe.ipynb'
+    nbformat.write(nb, path)
+    cmd = [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '--nbval',
+           '--nbval-current-env', '--nbval-sanitize-with', str(SANITIZE), str(path)]
+    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120).returncode
+
+
+@pytest.mark.parametrize('stored, expected', [('4\n', 0), ('5\n', 1)])
+def test_wrong_stored_output_fails(tmp_path, stored, expected):
+    assert run_nbval(tmp_path, 'print(2 + 2)', stored) == expected
+
+
+def test_device_names_and_timings_are_sanitized(tmp_path):
+    stored = "tensor([3., 3.], device='cuda:1') on cuda:1 in 2.7 s\n"
+    code = "import torch; print(torch.tensor([3., 3.]), 'on cpu in 0.31 s')"
+    assert run_nbval(tmp_path, code, stored) == 0
+    assert run_nbval(tmp_path, code, stored.replace('3.,', '4.,')) == 1
