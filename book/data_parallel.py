@@ -6,6 +6,7 @@ and kept identical here; ``tests/test_sync.py`` fails when the two differ. Impor
 module changes no global setting (no seeds, no thread counts, no plotting style).
 """
 import contextlib
+import json
 import math
 import os
 import socket
@@ -247,6 +248,28 @@ def load_fashion_mnist(batch_size, root=None, num_train=None, seed=0):
         X_train, y_train = X_train[:num_train], y_train[:num_train]
     return (TensorBatches(X_train, y_train, batch_size, shuffle=True, seed=seed),
             TensorBatches(X_test, y_test, batch_size, shuffle=False))
+
+
+# --- Results shared between chapters ---------------------------------------------
+
+def results_dir():
+    """Folder (git-ignored) where a chapter leaves results that a later one compares."""
+    return Path(__file__).resolve().parents[1] / 'results'
+
+
+def save_result(name, record):
+    """Write one run's summary (a JSON-serialisable dict) as results/<name>.json."""
+    path = results_dir() / f'{name}.json'
+    path.parent.mkdir(exist_ok=True)
+    tmp = path.with_suffix('.tmp')
+    tmp.write_text(json.dumps(record, indent=1))
+    tmp.replace(path)  # atomic: a reader never sees half a file
+
+
+def load_result(name):
+    """The summary saved under name, or None when no chapter has produced it yet."""
+    path = results_dir() / f'{name}.json'
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 # --- Timing ------------------------------------------------------------------------
