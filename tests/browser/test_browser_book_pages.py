@@ -1,0 +1,164 @@
+"""Every page of the built book, opened in headless Chromium as a reader would see it.
+
+Run by `make browser-check` after `make book`. For each HTML page of _build/html: no
+console error, every image loaded, code highlighted, math typeset by the book's own
+MathJax (no request leaves 127.0.0.1), every internal link and #anchor resolves, no text
+of a `remove-cell` cell, solutions collapsed (and one opens on click). Chapter pages also
+need their Colab, .ipynb download, repository and issue buttons, a number in the table of
+contents, and a numbered caption for every figure cell. Screenshots of every page go to
+_build/screenshots/. BOOK_ROOT / BOOK_BUILD_DIR point it at another book or build.
+"""
+import os
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+import pagecheck
+
+ROOT = Path(os.environ.get('BOOK_ROOT', Path(__file__).resolve().parents[2])).resolve()
+BUILD = Path(os.environ.get('BOOK_BUILD_DIR', ROOT / '_build')).resolve()
+HTML = BUILD / 'html'
+SHOTS = BUILD / 'screenshots'
+PLACEHOLDERS = ('My Jupyter Book', 'The Jupyter Book community', 'executablebooks')
+
+
+def config():
+    return yaml.safe_load((ROOT / '_config.yml').read_text(encoding='utf-8'))
+
+
+def toc_files():
+    """The documents of _toc.yml, in reading order (root first)."""
+    toc = yaml.safe_load((ROOT / '_toc.yml').read_text(encoding='utf-8'))
+    files = [toc['root']]
+
+    def walk(node):
+        if isinstance(node, dict):
+            if 'file' in node:
+                files.append(node['file'])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+    walk({k: v for k, v in toc.items() if k != 'root'})
+    return [re.sub(r'\.(md|ipynb)$', '', f) for f in files]
+
+
+def notebooks():
+    """{page path relative to html/: notebook} for the notebooks in the table of contents."""
+    return {f'{doc}.html': ROOT / f'{doc}.ipynb' for doc in toc_files()
+            if (ROOT / f'{doc}.ipynb').exists()}
+
+
+def pages():
+    if not HTML.is_dir():
+        return []
+    skip = ('_static/', '_sources/', '_images/')
+    return sorted(p.relative_to(HTML).as_posix() for p in HTML.rglob('*.html')
+                  if not p.relative_to(HTML).as_posix().startswith(skip))
+
+
+@pytest.fixture(scope='module')
+def site():
+    with pagecheck.serve(HTML) as url:
+        yield url
+
+
+def test_book_is_built():
+    assert (HTML / 'index.html').exists(), f'no book in {HTML}: run `make book` first'
+    for doc in toc_files():
+        assert (HTML / f'{doc}.html').exists(), f'{doc} is in _toc.yml but was not built'
+
+
+@pytest.mark.parametrize('rel', pages())
+def test_page(browser, site, rel):
+    nb = notebooks().get(rel)
+    forbidden = pagecheck.removed_snippets(nb) if nb else ()
+    shot = SHOTS / (rel.replace('/', '__').removesuffix('.html') + '.png')
+    problems = pagecheck.check_page(browser, site, HTML, rel, forbidden, shot)
+    if nb:
+        problems += chapter_problems(browser, rel, nb)
+    opened = pagecheck.open_first_solution(browser)
+    if opened is False:
+        problems.append('a collapsed solution did not open when clicked')
+    elif opened:        # the browser window around the solution just opened
+        browser.save_screenshot(str(SHOTS / (shot.stem + '--solution-open.png')))
+    assert not problems, f'{rel}:\n  ' + '\n  '.join(problems)
+
+
+def chapter_problems(driver, rel, nb):
+    """What a chapter page must offer beyond the common checks."""
+    import json
+    problems = []
+    cfg = config()
+    repo = cfg['repository']['url'].rstrip('/')
+    hrefs = set(driver.execute_script(
+        "return Array.from(document.querySelectorAll('a[href]')).map(a => a.href)"))
+    src = rel.removesuffix('.html') + '.ipynb'
+    wanted = {
+        'Colab launch button': f"{cfg['launch_buttons']['colab_url'].rstrip('/')}/github/"
+                               f"{repo.split('github.com/')[1]}/blob/"
+                               f"{cfg['repository']['branch']}/{src}",
+        '.ipynb download button': f'_sources/{src}',
+        'repository button': repo,
+        'issue button': f'{repo}/issues/new',
+    }
+    for what, needle in wanted.items():
+        if not any(needle in h for h in hrefs):
+            problems.append(f'no {what} (a link containing {needle!r})')
+    if not (HTML / '_sources' / src).is_file():
+        problems.append(f'the download link points to a missing _sources/{src}')
+    # numbered in the table of contents
+    entry = driver.execute_script(r"""
+      const a = document.querySelector('nav.bd-docs-nav a.current') ||
+                document.querySelector('nav.bd-docs-nav li.current > a');
+      return a ? a.textContent.trim() : null;""")
+    if not entry or not re.match(r'^\d+(\.\d+)*\.\s', entry):
+        problems.append(f'not numbered in the table of contents: {entry!r} '
+                        '(`numbered: true` in _toc.yml)')
+    # every figure cell is a numbered, captioned figure
+    cells = json.loads(nb.read_text(encoding='utf-8'))['cells']
+    names = [c['metadata'].get('mystnb', {}).get('figure', {}).get('name') for c in cells
+             if 'figure' in c.get('metadata', {}).get('mystnb', {})]
+    figures = driver.execute_script(r"""
+      return Array.from(document.querySelectorAll('figure')).map(f => ({
+        id: f.id, caption: (f.querySelector('figcaption') || {}).textContent || '',
+        img: !!f.querySelector('img')}));""")
+    by_id = {f['id']: f for f in figures}
+    for name in names:
+        fig = by_id.get(name)
+        if not fig:
+            problems.append(f'figure {name!r} is not on the page')
+        elif not re.search(r'Fig\. \d', fig['caption']) or not fig['img']:
+            problems.append(f'figure {name!r} has no numbered caption or no image: '
+                            f"{fig['caption'].strip()[:60]!r}")
+    return problems
+
+
+def test_front_matter(browser, site):
+    """Title, author, logo and table of contents: the book's own, no template text."""
+    cfg = config()
+    assert not any(p in str(cfg) for p in PLACEHOLDERS), 'template text in _config.yml'
+    assert cfg.get('logo'), '_config.yml sets no logo'
+    pagecheck.load(browser, site + 'index.html')
+    facts = browser.execute_script(r"""
+      const logo = document.querySelector('img.logo__image');
+      return {title: document.title,
+              logo: logo ? [logo.getAttribute('src'), logo.naturalWidth] : null,
+              footer: Array.from(document.querySelectorAll('footer'))
+                        .map(f => f.textContent).join(' '),
+              text: document.body.textContent,
+              toc: Array.from(document.querySelectorAll('nav.bd-docs-nav a'))
+                     .map(a => a.getAttribute('href'))};""")
+    assert cfg['title'] in facts['title']
+    assert facts['logo'] and facts['logo'][0].endswith(Path(cfg['logo']).name), facts['logo']
+    assert facts['logo'][1] > 0, 'the logo did not load'
+    assert cfg['author'] in facts['footer'], facts['footer'][:200]
+    assert not any(p in facts['text'] for p in PLACEHOLDERS)
+    listed = {re.sub(r'#.*$', '', h) for h in facts['toc']}
+    root_dir = Path(toc_files()[0]).parent
+    for doc in toc_files()[1:]:
+        rel = os.path.relpath(doc, root_dir) + '.html'
+        assert rel in listed, f'{doc} missing from the table of contents: {sorted(listed)}'
