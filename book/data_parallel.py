@@ -499,16 +499,16 @@ def plot_allreduce(values=(1, 2)):
 def plot_scatter(devices=('cuda:0', 'cuda:1')):
     """nn.parallel.scatter: the rows of a 4 x 5 tensor of 0..19 split over the devices."""
     fig, (ax,) = _canvas(7, 2.6)
-    ax.text(1.6, 5.2, 'nn.parallel.scatter(\n    torch.arange(20).reshape(4, 5),\n'
+    ax.text(0.8, 5.2, 'nn.parallel.scatter(\n    torch.arange(20).reshape(4, 5),\n'
             '    devices)', ha='left', va='center', fontsize=_FONT + 1, family='monospace')
-    _arrow(ax, (12.4, 5.2), (14.4, 5.2), color=_TRAFFIC, lw=2)
+    _arrow(ax, (12.8, 5.2), (14.8, 5.2), color=_TRAFFIC, lw=2)
     chunks = torch.arange(20).reshape(4, 5).chunk(len(devices))
     y = 5.2 + (4 * 1.2 + 0.9 * (len(chunks) - 1)) / 2  # top of the next row
     for i, (chunk, device) in enumerate(zip(chunks, devices)):
         for row in chunk.tolist():
             y -= 1.2
-            _tensor_row(ax, 15.0, y + 0.6, row, _colors(i), cell=1.2)
-        _label(ax, 21.8, y + 0.6 * len(chunk), f'on {device}\nshape {tuple(chunk.shape)}',
+            _tensor_row(ax, 15.4, y + 0.6, row, _colors(i), cell=1.2)
+        _label(ax, 22.2, y + 0.6 * len(chunk), f'on {device}\nshape {tuple(chunk.shape)}',
                color=_colors(i)[1], ha='left')
         y -= 0.9
     return fig

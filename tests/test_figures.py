@@ -1,4 +1,4 @@
-"""The figure functions of data_parallel.py: what they draw, and that they leave no trace."""
+"""The figure functions of data_parallel.py: what they draw; they leave no trace."""
 import subprocess
 import sys
 from collections import Counter
