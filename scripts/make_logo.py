@@ -47,7 +47,9 @@ def arrow(x1, y1, x2, y2, colour, marker):
 def draw():
     chip_y, sum_x, sum_y, radius = 48, WIDTH / 2, 138, 22
     xs = [WIDTH * (i + 1) / (N_CHIPS + 1) for i in range(N_CHIPS)]
-    body = []
+    # a light card behind the drawing, so the logo also reads on the theme's dark mode
+    body = [f'<rect x="1" y="1" width="{WIDTH - 2}" height="{HEIGHT - 2}" rx="18" '
+            f'fill="#f7fafd" stroke="#c9d9ec" stroke-width="2"/>']
     for x in xs:
         # the gradient of each replica goes down to the sum, slightly left of centre...
         body.append(arrow(x - 5, chip_y + 30, sum_x + (x - sum_x) * 0.3 - 5, sum_y - radius - 6,
