@@ -368,10 +368,20 @@ def check_page(driver, base_url, html_root, rel, forbidden=(), shot=None):
     return problems
 
 
+# A written solution first, then a hidden solution cell, then any collapsed cell.
+FIRST_SOLUTION_JS = r"""
+function firstSolution() {
+  return document.querySelector('.admonition.dropdown') ||
+         document.querySelector('.tag_hide-cell details.hide') ||
+         document.querySelector('details.hide');
+}
+"""
+
+
 def open_first_solution(driver):
     """Click the first collapsed solution of the current page open; say whether it opened."""
-    opened = driver.execute_script(r"""
-      const box = document.querySelector('.admonition.dropdown, details.hide');
+    opened = driver.execute_script(FIRST_SOLUTION_JS + r"""
+      const box = firstSolution();
       if (!box) return null;
       const handle = box.querySelector(':scope > .admonition-title, :scope > summary');
       handle.scrollIntoView({block: 'center'});
@@ -381,8 +391,8 @@ def open_first_solution(driver):
     """)
     if opened is None:
         return None
-    ok = _wait(lambda: driver.execute_script(r"""
-      const box = document.querySelector('.admonition.dropdown, details.hide');
+    ok = _wait(lambda: driver.execute_script(FIRST_SOLUTION_JS + r"""
+      const box = firstSolution();
       return Array.from(box.children).some(c =>
         !c.matches('summary, .admonition-title') && c.textContent.trim() &&
         c.checkVisibility({opacityProperty: true, visibilityProperty: true}) &&
