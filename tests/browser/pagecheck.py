@@ -280,17 +280,24 @@ def page_path(base_url, url):
 
 
 def screenshot(driver, path, max_height=12000):
-    """Save a PNG of the whole page (up to max_height CSS pixels tall)."""
-    # from the top, with no focus ring or skip link showing, so sticky bars sit in place
+    """Save a PNG of the whole page (up to max_height CSS pixels tall).
+
+    The viewport is stretched to the page's height for the shot (Chromium's
+    captureBeyondViewport shifts this theme's sticky layout sideways), then restored.
+    """
     driver.execute_script('document.activeElement && document.activeElement.blur(); '
                           'window.scrollTo(0, 0);')
-    time.sleep(0.1)
+    width = driver.execute_script('return window.innerWidth')
     height = driver.execute_script(
         'return Math.max(document.documentElement.scrollHeight, document.body.scrollHeight)')
-    width = driver.execute_script('return document.documentElement.clientWidth')
-    shot = driver.execute_cdp_cmd('Page.captureScreenshot', {
-        'format': 'png', 'captureBeyondViewport': True,
-        'clip': {'x': 0, 'y': 0, 'width': width, 'height': min(height, max_height), 'scale': 1}})
+    height = min(height, max_height)
+    try:
+        driver.execute_cdp_cmd('Emulation.setDeviceMetricsOverride', {
+            'width': width, 'height': height, 'deviceScaleFactor': 1, 'mobile': False})
+        time.sleep(0.3)
+        shot = driver.execute_cdp_cmd('Page.captureScreenshot', {'format': 'png'})
+    finally:
+        driver.execute_cdp_cmd('Emulation.clearDeviceMetricsOverride', {})
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_bytes(base64.b64decode(shot['data']))
 
