@@ -1,0 +1,169 @@
+"""scripts/train_ddp.py: DDP matches the from-scratch trainer, runs on two "machines",
+survives a killed worker, and leaves no process behind. Every job runs on the CPU (gloo)
+with a small slice of Fashion-MNIST."""
+import json
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data.distributed import DistributedSampler
+
+import data_parallel as dp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'scripts'))
+import train_ddp  # noqa: E402
+
+
+def our_processes(marker):
+    """Command lines of live processes that mention marker (a test's tmp_path)."""
+    found = []
+    for proc in Path('/proc').iterdir():
+        try:
+            cmdline = (proc / 'cmdline').read_bytes().replace(b'\0', b' ').decode()
+        except OSError:
+            continue
+        if proc.name.isdigit() and marker in cmdline:
+            found.append(cmdline)
+    return found
+
+
+@pytest.fixture
+def job(tmp_path, fashion_root):
+    """tmp_path for one test's launches; afterwards no process of theirs may be alive."""
+    yield tmp_path
+    assert our_processes(str(tmp_path)) == []
+
+
+def run(tmp_path, *args, nproc=2, max_restarts=0, name='result'):
+    """torchrun train_ddp.py on this machine; return (stdout, result record)."""
+    result = tmp_path / f'{name}.json'
+    command = train_ddp.torchrun_command([*args, '--result', result], nproc, max_restarts)
+    stdout, = train_ddp.launch(command, timeout=300)
+    return stdout, json.loads(result.read_text())
+
+
+def test_two_processes_match_one_process_with_the_full_batch(job):
+    """DDP (2 processes x 128) leaves the parameters of dp.train_batch on batches of 256."""
+    num_train, batch_size, lr, num_epochs = 1000, 256, 0.2, 2  # last batch: 232 examples
+    model_path = job / 'ddp.pt'
+    run(job, '--num-train', num_train, '--num-test', 100, '--batch-size', batch_size,
+        '--lr', lr, '--epochs', num_epochs, '--save-model', model_path)
+    ddp_params = list(torch.load(model_path, weights_only=True).values())
+
+    X, y = dp.read_fashion_mnist(True)
+    X, y = X[:num_train], y[:num_train]
+    device = torch.device('cpu')
+    params = dp.get_params(dp.init_lenet_params(), device)
+    initial = [p.detach().clone() for p in params]
+    sampler = DistributedSampler(range(num_train), num_replicas=1, rank=0, seed=0)
+    for epoch in range(num_epochs):  # one process sees the union of both shards
+        sampler.set_epoch(epoch)
+        order = torch.tensor(list(sampler))
+        for i in range(0, num_train, batch_size):
+            idx = order[i:i + batch_size]
+            dp.train_batch(X[idx], y[idx], [params], [device], lr)
+
+    for ddp_p, p, p0 in zip(ddp_params, params, initial):
+        assert ddp_p.shape == p.shape
+        torch.testing.assert_close(ddp_p, p.detach(), rtol=1e-4, atol=1e-6)
+    moved = max((p.detach() - p0).abs().max().item() for p, p0 in zip(params, initial))
+    assert moved > 1e-3  # the comparison is not between two untouched initialisations
+
+
+def test_two_machines_on_localhost(job):
+    """The chapter's two-node commands, with ADDR=127.0.0.1 and IFNAME=lo: 2 x 2 processes."""
+    port = train_ddp.free_port()
+    args = ['--epochs', 1, '--num-train', 1024, '--num-test', 200,
+            '--result', job / 'two_nodes.json']
+    commands = [train_ddp.multinode_command(node_rank, '127.0.0.1', port, 'lo', args)
+                for node_rank in (0, 1)]
+    assert 'GLOO_SOCKET_IFNAME=lo' in train_ddp.show_command(*commands[1])
+    assert '--node-rank=1 --rdzv-endpoint=127.0.0.1:' in train_ddp.show_command(*commands[1])
+    node0, node1 = train_ddp.launch(*commands, timeout=300)
+    assert 'epoch 1: test accuracy' in node0 and node1 == ''  # only global rank 0 logs
+    record = json.loads((job / 'two_nodes.json').read_text())
+    assert record['num_devices'] == 4 and record['backend'] == 'gloo'
+    assert len(record['accuracies']) == 1
+    with socket.socket() as s:  # the rendezvous port is free again
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(('127.0.0.1', port))
+
+
+def test_killed_worker_resumes_from_the_last_snapshot(job):
+    """Rank 1 is SIGKILLed halfway through epoch 2 of 3: torchrun restarts the group,
+    which resumes after epoch 1 and ends with the parameters of an uninterrupted run."""
+    common = ['--epochs', 3, '--num-train', 1024, '--num-test', 200]
+    snapshot = job / 'snapshots' / 'lenet.pt'
+    stdout, record = run(job, *common, '--snapshot', snapshot, '--simulate-failure', 2,
+                         '--save-model', job / 'resumed.pt', max_restarts=1)
+    assert record['restarts'] == 1 and record['resumed_after_epoch'] == 1
+    assert 'resumed from the snapshot taken after epoch 1' in stdout
+    assert [stdout.count(f'epoch {e}:') for e in (1, 2, 3)] == [1, 1, 1]  # none repeated
+    assert len(record['accuracies']) == 3
+    saved = torch.load(snapshot, weights_only=True)
+    assert saved['epoch'] == 3 and len(saved['accuracies']) == 3
+    assert not list(snapshot.parent.glob('*.tmp'))  # written atomically
+
+    _, plain = run(job, *common, '--save-model', job / 'plain.pt', name='plain')
+    resumed = torch.load(job / 'resumed.pt', weights_only=True)
+    uninterrupted = torch.load(job / 'plain.pt', weights_only=True)
+    for key in uninterrupted:  # nothing was lost or trained twice
+        torch.testing.assert_close(resumed[key], uninterrupted[key])
+    assert record['accuracies'] == pytest.approx(plain['accuracies'])
+
+
+def test_resnet18_tiny_configuration(job):
+    """The ResNet-18 path (BatchNorm buffers, larger model) on 64 examples, 2 processes."""
+    stdout, record = run(job, '--model', 'resnet18', '--epochs', 1, '--num-train', 64,
+                         '--num-test', 32, '--batch-size', 32, '--lr', 0.1,
+                         '--save-model', job / 'resnet.pt')
+    assert record['model'] == 'resnet18' and record['num_devices'] == 2
+    assert 0 <= record['accuracies'][0] <= 1
+    state = torch.load(job / 'resnet.pt', weights_only=True)
+    assert any(key.endswith('running_mean') for key in state)
+
+
+def test_resnet18_shapes():
+    net = train_ddp.resnet18()
+    assert net(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+    assert 11_000_000 < sum(p.numel() for p in net.parameters()) < 11_300_000
+    assert not any(isinstance(m, torch.nn.MaxPool2d) for m in net.modules())
+
+
+def test_lenet_module_is_the_from_scratch_network():
+    net, X = train_ddp.LeNet(), torch.randn(3, 1, 28, 28)
+    torch.testing.assert_close(net(X), dp.lenet(X, dp.init_lenet_params()))
+
+
+def test_snapshot_round_trip_with_weights_only(tmp_path):
+    model = train_ddp.LeNet()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)
+    model(torch.randn(4, 1, 28, 28)).sum().backward()
+    optimizer.step()  # momentum buffers: the optimiser has state to save
+    path = tmp_path / 'snap.pt'
+    train_ddp.save_snapshot(path, model, optimizer, 2,
+                            {'accuracies': [0.5, 0.6], 'epoch_seconds': [1.0, 1.1]})
+    snapshot = torch.load(path, weights_only=True)
+    assert snapshot['epoch'] == 2 and snapshot['accuracies'] == [0.5, 0.6]
+    restored = train_ddp.LeNet(seed=1)
+    restored.load_state_dict(snapshot['model'])
+    torch.testing.assert_close(restored.state_dict(), model.state_dict())
+    assert [p.name for p in tmp_path.iterdir()] == ['snap.pt']
+
+
+def test_missing_data_exits_with_one_line(monkeypatch):
+    def unavailable(train, root=None):
+        raise dp.DataUnavailableError('Fashion-MNIST is not here.')
+    monkeypatch.setattr(dp, 'read_fashion_mnist', unavailable)
+    monkeypatch.setenv('LOCAL_RANK', '0')
+    with pytest.raises(SystemExit) as exit_info:
+        train_ddp.main([])
+    assert exit_info.value.code == 'Fashion-MNIST is not here.'
+
+
+def test_without_torchrun_it_says_how_to_start(monkeypatch):
+    monkeypatch.delenv('LOCAL_RANK', raising=False)
+    with pytest.raises(SystemExit, match='torchrun'):
+        train_ddp.main([])
