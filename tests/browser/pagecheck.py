@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import threading
 import time
 from pathlib import Path
@@ -92,7 +93,29 @@ def chromium(user_data_dir):
         driver.set_script_timeout(PAGE_TIMEOUT_S)
         yield driver
     finally:
-        driver.quit()          # also stops chromedriver and every chromium process
+        driver.quit()          # stops chromedriver, which closes the browser
+        _reap(f'--user-data-dir={user_data_dir}')
+
+
+def _reap(marker, timeout=10):
+    """Wait for the browser processes started with `marker` to exit; kill stragglers."""
+    def ours():
+        pids = []
+        for proc in Path('/proc').glob('[0-9]*'):
+            try:
+                if marker.encode() in (proc / 'cmdline').read_bytes():
+                    pids.append(int(proc.name))
+            except OSError:
+                pass
+        return pids
+    if not Path('/proc').is_dir():
+        return
+    end = time.monotonic() + timeout
+    while ours() and time.monotonic() < end:
+        time.sleep(0.1)
+    for pid in ours():
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 # ---------------------------------------------------------------- what the notebooks hide
