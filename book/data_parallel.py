@@ -158,11 +158,12 @@ def evaluate_accuracy(net, data_iter, device):
     return correct / total
 
 
-def train(num_devices, batch_size, lr, num_epochs=10, data=None):
+def train(num_devices, batch_size, lr, num_epochs=10, data=None, params=None):
     """Train LeNet on num_devices devices; return test accuracy per epoch and a Timer."""
     train_iter, test_iter = data or load_fashion_mnist(batch_size)
     devices = get_devices(num_devices)
-    device_params = [get_params(init_lenet_params(), device) for device in devices]
+    params = init_lenet_params() if params is None else params  # or continue from params
+    device_params = [get_params(params, device) for device in devices]
     timer, accuracies = Timer(), []
     for epoch in range(num_epochs):
         timer.start()

@@ -2,7 +2,9 @@
 
 A chapter writes out, in full, each function it teaches that later chapters reuse, in a
 code cell whose first line is `#@save`. The same definition lives in
-book/data_parallel.py. Comments and blank lines may differ; code and docstrings may not.
+book/data_parallel.py. Comments and blank lines may differ; code and docstrings may not,
+except that a chapter calls what earlier chapters saved as `dp.name` where the helper
+module, being `dp` itself, writes `name`.
 """
 import ast
 import json
@@ -21,10 +23,19 @@ def saved_cells(notebook):
     return [s for s in sources if s.lstrip().startswith('#@save')]
 
 
+class DropHelperPrefix(ast.NodeTransformer):
+    """Rewrite `dp.name` as `name`: inside the helper module the prefix does not exist."""
+
+    def visit_Attribute(self, node):
+        if isinstance(node.value, ast.Name) and node.value.id == 'dp':
+            return ast.copy_location(ast.Name(id=node.attr, ctx=node.ctx), node)
+        return self.generic_visit(node)
+
+
 def definitions(source):
     """Map each top-level name defined in source to the AST dump of its definition."""
     found = {}
-    for node in ast.parse(source).body:
+    for node in DropHelperPrefix().visit(ast.parse(source)).body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             found[node.name] = ast.dump(node)
         elif isinstance(node, ast.Assign):
