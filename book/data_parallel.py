@@ -295,6 +295,128 @@ class Timer:
         return sum(self.times)
 
 
+# --- Where the time goes (chapter 8) -----------------------------------------------
+from torch import distributed as dist  # noqa: E402  (only the functions below use it)
+
+
+class FlatParams:
+    """One replica's parameters as views into one flat buffer, gradients into another."""
+
+    def __init__(self, params, device):
+        self.data = torch.cat([p.detach().reshape(-1) for p in params]).to(device)
+        self.grad = torch.zeros_like(self.data)
+        self.params, offset = [], 0
+        for p in params:
+            n = p.numel()
+            param = self.data[offset:offset + n].view(p.shape).requires_grad_()
+            # backward adds into an existing .grad in place, so it lands in self.grad
+            param.grad = self.grad[offset:offset + n].view(p.shape)
+            self.params.append(param)
+            offset += n
+
+
+def train_batch_flat(X, y, replicas, devices, lr):
+    """train_batch on flat buffers: one allreduce and one update per device, not eight."""
+    X_shards, y_shards = split_batch(X, y, devices)
+    for X_shard, y_shard, replica in zip(X_shards, y_shards, replicas):
+        loss(lenet(X_shard, replica.params), y_shard).sum().backward()
+    with torch.no_grad():
+        allreduce([replica.grad for replica in replicas])
+        for replica in replicas:
+            replica.data.sub_(replica.grad, alpha=lr / X.shape[0])  # full batch size
+            replica.grad.zero_()
+
+
+def train_flat(num_devices, batch_size, lr, num_epochs=10, data=None, params=None):
+    """train with flat replicas and train_batch_flat; same results, less overhead."""
+    train_iter, test_iter = data or load_fashion_mnist(batch_size)
+    devices = get_devices(num_devices)
+    params = init_lenet_params() if params is None else params
+    replicas = [FlatParams(params, device) for device in devices]
+    timer, accuracies = Timer(), []
+    for epoch in range(num_epochs):
+        timer.start()
+        for X, y in train_iter:
+            train_batch_flat(X, y, replicas, devices, lr)
+        synchronize(devices)
+        timer.stop()
+        net = lambda X: lenet(X, replicas[0].params)  # evaluate on device 0 only
+        accuracies.append(evaluate_accuracy(net, test_iter, devices[0]))
+        print(f'epoch {epoch + 1}: test accuracy {accuracies[-1]:.3f}')
+    print(f'test accuracy {accuracies[-1]:.2f}, {timer.avg():.1f} s/epoch '
+          f'on {[str(d) for d in devices]}')
+    return accuracies, timer
+
+
+def star_allreduce(tensor):
+    """The article's pattern between processes: rank 0 adds everything, sends the sum back."""
+    rank, k = dist.get_rank(), dist.get_world_size()
+    if rank == 0:
+        received = torch.empty_like(tensor)
+        for src in range(1, k):
+            dist.recv(received, src=src)
+            tensor += received
+        for dst in range(1, k):
+            dist.send(tensor, dst=dst)
+    else:
+        dist.send(tensor, dst=0)
+        dist.recv(tensor, src=0)
+    return tensor
+
+
+def _exchange(send, recv, right, left):
+    """Send one chunk to the right neighbour while receiving one from the left."""
+    requests = []
+    if send.numel():  # with fewer values than processes, some chunks are empty
+        requests.append(dist.isend(send, right))
+    if recv.numel():
+        requests.append(dist.irecv(recv, left))
+    for request in requests:
+        request.wait()
+
+
+def ring_allreduce(tensor):
+    """Sum a contiguous tensor over all processes, in place: reduce-scatter, all-gather."""
+    rank, k = dist.get_rank(), dist.get_world_size()
+    chunks = torch.tensor_split(tensor.view(-1), k)  # views; sizes differ by at most 1
+    right, left = (rank + 1) % k, (rank - 1) % k
+    received = torch.empty_like(chunks[0])
+    for step in range(k - 1):  # reduce-scatter: k - 1 hops, each adds one more term
+        send, recv = chunks[(rank - step) % k], chunks[(rank - step - 1) % k]
+        _exchange(send, received[:len(recv)], right, left)
+        recv += received[:len(recv)]
+    for step in range(k - 1):  # all-gather: chunk (rank + 1) % k is complete; pass it on
+        send, recv = chunks[(rank - step + 1) % k], chunks[(rank - step) % k]
+        _exchange(send, recv, right, left)
+    return tensor
+
+
+def allreduce_seconds(num_values, k, bytes_per_second, bytes_per_value=4):
+    """Ring allreduce time: each device sends 2(k-1)/k of the values over its link."""
+    return 2 * (k - 1) / k * num_values * bytes_per_value / bytes_per_second
+
+
+def step_seconds(compute_seconds, num_values, k, bytes_per_second):
+    """Cost model of one data-parallel step: compute B/k examples, then allreduce."""
+    return compute_seconds + allreduce_seconds(num_values, k, bytes_per_second)
+
+
+def plot_scaling(num_devices, runs):
+    """Throughput against the number of devices; each run next to its ideal, dashed."""
+    from matplotlib import pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 3), layout='constrained')
+    for label, throughputs in runs.items():
+        line, = ax.plot(num_devices, throughputs, marker='o', label=label)
+        ideal = [throughputs[0] * k / num_devices[0] for k in num_devices]
+        ax.plot(num_devices, ideal, linestyle='--', color=line.get_color(),
+                label=f'{label}: ideal')
+    ax.set(xlabel='number of devices (processes)', ylabel='examples per second',
+           xticks=list(num_devices), ylim=(0, None))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
 # --- Figures -----------------------------------------------------------------------
 # Schematic diagrams and plots for the chapters. Each function draws a new Figure with
 # pyplot (so a notebook shows it inline) and changes no global setting. Diagrams use

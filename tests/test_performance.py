@@ -1,0 +1,107 @@
+"""The performance chapter's helpers: the flat trainer computes what train_batch computes,
+the ring and star allreduce equal torch.distributed.all_reduce, the cost model adds up."""
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import data_parallel as dp
+
+
+def batch(n=255, seed=1):
+    """A random minibatch shaped like Fashion-MNIST (no data set needed)."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.rand(n, 1, 28, 28, generator=generator), torch.randint(0, 10, (n,), generator=generator)
+
+
+@pytest.mark.parametrize('k', [1, 2, 3])
+def test_flat_trainer_matches_train_batch(k):
+    devices = dp.get_devices(k, verbose=False)
+    reference = [dp.get_params(dp.init_lenet_params(), d) for d in devices]
+    replicas = [dp.FlatParams(dp.init_lenet_params(), d) for d in devices]
+    for step in range(3):  # 255 examples: uneven shards for k = 2
+        X, y = batch(seed=step)
+        dp.train_batch(X, y, reference, devices, lr=0.5)
+        dp.train_batch_flat(X, y, replicas, devices, lr=0.5)
+    for params, replica in zip(reference, replicas):
+        for p, q in zip(params, replica.params):
+            assert q.shape == p.shape
+            torch.testing.assert_close(q.detach().cpu(), p.detach().cpu(), rtol=0, atol=1e-5)
+    moved = max((p.detach().cpu() - p0).abs().max().item()
+                for p, p0 in zip(replicas[0].params, dp.init_lenet_params()))
+    assert moved > 1e-3  # the parameters did change
+
+
+def test_flat_params_are_views():
+    replica = dp.FlatParams(dp.init_lenet_params(), torch.device('cpu'))
+    assert replica.data.numel() == sum(p.numel() for p in dp.init_lenet_params()) == 129_068
+    replica.data.fill_(2.0)
+    replica.grad.fill_(3.0)
+    assert all(bool((p == 2).all()) and bool((p.grad == 3).all()) for p in replica.params)
+    assert all(p.is_leaf and p.requires_grad for p in replica.params)
+
+
+def test_flat_params_copy_their_input():
+    params = dp.init_lenet_params()
+    replica = dp.FlatParams(params, torch.device('cpu'))
+    replica.data.zero_()
+    assert params[0].abs().sum() > 0
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank, world_size, port, sizes, failures):
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group('gloo', rank=rank, world_size=world_size)
+    try:
+        for n in sizes:
+            generator = torch.Generator().manual_seed(100 * rank + n)
+            x = torch.randint(-50, 50, (n,), generator=generator).float()  # exact sums
+            expected = x.clone()
+            dist.all_reduce(expected)
+            for name, fn in (('ring', dp.ring_allreduce), ('star', dp.star_allreduce)):
+                got = x.clone()
+                assert fn(got) is not None
+                if not torch.equal(got, expected):
+                    failures.put(f'{name}, k={world_size}, n={n}, rank {rank}')
+        # shaped (non-1-D) tensors are summed in place too
+        t = torch.full((3, 5), float(rank + 1))
+        dp.ring_allreduce(t)
+        if not torch.equal(t, torch.full((3, 5), world_size * (world_size + 1) / 2)):
+            failures.put(f'ring on a 3x5 tensor, rank {rank}')
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize('world_size', [2, 3])
+def test_ring_and_star_equal_torch_all_reduce(world_size):
+    sizes = [1, 2, 7, 10, 1000, 1001, 129_068]  # fewer values than processes, uneven chunks
+    ctx = mp.get_context('spawn')
+    failures = ctx.SimpleQueue()
+    port = free_port()
+    mp.start_processes(_worker, args=(world_size, port, sizes, failures), nprocs=world_size,
+                       join=True, start_method='spawn')
+    messages = []
+    while not failures.empty():
+        messages.append(failures.get())
+    assert messages == []
+    with socket.socket() as s:  # the rendezvous port is free again
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(('127.0.0.1', port))
+
+
+def test_cost_model():
+    # 2 devices, 1e6 values of 4 bytes, 1 GB/s: each sends 2 * 1/2 * 4 MB = 4 ms
+    assert dp.allreduce_seconds(1_000_000, 2, 1e9) == pytest.approx(0.004)
+    assert dp.allreduce_seconds(1_000_000, 1, 1e9) == 0  # one device: nothing to send
+    # the traffic per device approaches 2N as k grows, never more
+    assert dp.allreduce_seconds(1_000_000, 1000, 1e9) == pytest.approx(0.008, rel=1e-2)
+    assert dp.step_seconds(0.1, 1_000_000, 4, 1e9) == pytest.approx(0.1 + 0.006)
