@@ -120,8 +120,13 @@ def chapter_problems(driver, rel, nb):
                         '(`numbered: true` in _toc.yml)')
     # every figure cell is a numbered, captioned figure
     cells = json.loads(nb.read_text(encoding='utf-8'))['cells']
-    names = [c['metadata'].get('mystnb', {}).get('figure', {}).get('name') for c in cells
-             if 'figure' in c.get('metadata', {}).get('mystnb', {})]
+    figure_cells = [c for c in cells if 'figure' in c.get('metadata', {}).get('mystnb', {})]
+    names = [c['metadata']['mystnb']['figure'].get('name') for c in figure_cells]
+    for cell, name in zip(figure_cells, names):
+        if not any('image/png' in o.get('data', {}) or 'image/svg+xml' in o.get('data', {})
+                   for o in cell.get('outputs', [])):
+            problems.append(f'figure cell {name!r} has no stored image output '
+                            '(execute the notebook: make execute)')
     figures = driver.execute_script(r"""
       return Array.from(document.querySelectorAll('figure')).map(f => ({
         id: f.id, caption: (f.querySelector('figcaption') || {}).textContent || '',
@@ -131,7 +136,8 @@ def chapter_problems(driver, rel, nb):
         fig = by_id.get(name)
         if not fig:
             problems.append(f'figure {name!r} is not on the page')
-        elif not re.search(r'Fig\. \d', fig['caption']) or not fig['img']:
+            continue
+        if not re.search(r'Fig\. \d', fig['caption']) or not fig['img']:
             problems.append(f'figure {name!r} has no numbered caption or no image: '
                             f"{fig['caption'].strip()[:60]!r}")
     return problems
