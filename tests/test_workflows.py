@@ -31,6 +31,7 @@ def test_cpu_workflow_tests_builds_and_deploys_only_from_main():
     assert {'push', 'pull_request'} <= set(doc['on'])
     runs = all_run_lines(doc)
     assert 'make test' in runs and 'make book' in runs
+    assert any(run.startswith('make browser-check') for run in runs)
     assert doc['permissions'] == {'contents': 'read'}
     deploy = doc['jobs']['deploy']
     assert "refs/heads/main" in deploy['if'] and "push" in deploy['if']
