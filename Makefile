@@ -81,3 +81,11 @@ browser-check: book chromium
 
 logo:
 	$(PYTHON) scripts/make_logo.py book/logo.svg
+
+# ---- Where the time goes (added target; not part of `make test`) ------------------------
+#   make benchmark  one table of measured ratios (data pipeline, training loops, DDP,
+#                   star/ring/torch allreduce, cost model), about 3 minutes on 2 CPU cores
+.PHONY: benchmark
+
+benchmark: $(STAMP)
+	$(PY) scripts/benchmark.py

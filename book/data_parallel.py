@@ -296,7 +296,9 @@ class Timer:
 
 
 # --- Where the time goes (chapter 8) -----------------------------------------------
-from torch import distributed as dist  # noqa: E402  (only the functions below use it)
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402  (used from here on)
+
+from torch import distributed as dist  # noqa: E402
 
 
 class FlatParams:
@@ -315,11 +317,19 @@ class FlatParams:
             offset += n
 
 
-def train_batch_flat(X, y, replicas, devices, lr):
+def forward_backward(X_shard, y_shard, replica):
+    """One device's share of a step: the summed loss of its shard, then backward."""
+    loss(lenet(X_shard, replica.params), y_shard).sum().backward()
+
+
+def train_batch_flat(X, y, replicas, devices, lr, pool=None):
     """train_batch on flat buffers: one allreduce and one update per device, not eight."""
     X_shards, y_shards = split_batch(X, y, devices)
-    for X_shard, y_shard, replica in zip(X_shards, y_shards, replicas):
-        loss(lenet(X_shard, replica.params), y_shard).sum().backward()
+    if pool is None:  # one device after the other
+        for X_shard, y_shard, replica in zip(X_shards, y_shards, replicas):
+            forward_backward(X_shard, y_shard, replica)
+    else:  # one thread per device: the devices work at the same time
+        list(pool.map(forward_backward, X_shards, y_shards, replicas))
     with torch.no_grad():
         allreduce([replica.grad for replica in replicas])
         for replica in replicas:
@@ -334,15 +344,16 @@ def train_flat(num_devices, batch_size, lr, num_epochs=10, data=None, params=Non
     params = init_lenet_params() if params is None else params
     replicas = [FlatParams(params, device) for device in devices]
     timer, accuracies = Timer(), []
-    for epoch in range(num_epochs):
-        timer.start()
-        for X, y in train_iter:
-            train_batch_flat(X, y, replicas, devices, lr)
-        synchronize(devices)
-        timer.stop()
-        net = lambda X: lenet(X, replicas[0].params)  # evaluate on device 0 only
-        accuracies.append(evaluate_accuracy(net, test_iter, devices[0]))
-        print(f'epoch {epoch + 1}: test accuracy {accuracies[-1]:.3f}')
+    with ThreadPoolExecutor(num_devices) as pool:
+        for epoch in range(num_epochs):
+            timer.start()
+            for X, y in train_iter:
+                train_batch_flat(X, y, replicas, devices, lr, pool)
+            synchronize(devices)
+            timer.stop()
+            net = lambda X: lenet(X, replicas[0].params)  # evaluate on device 0 only
+            accuracies.append(evaluate_accuracy(net, test_iter, devices[0]))
+            print(f'epoch {epoch + 1}: test accuracy {accuracies[-1]:.3f}')
     print(f'test accuracy {accuracies[-1]:.2f}, {timer.avg():.1f} s/epoch '
           f'on {[str(d) for d in devices]}')
     return accuracies, timer

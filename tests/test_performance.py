@@ -1,6 +1,7 @@
 """The performance chapter's helpers: the flat trainer computes what train_batch computes,
 the ring and star allreduce equal torch.distributed.all_reduce, the cost model adds up."""
 import os
+from concurrent.futures import ThreadPoolExecutor
 import socket
 
 import pytest
@@ -17,15 +18,17 @@ def batch(n=255, seed=1):
     return torch.rand(n, 1, 28, 28, generator=generator), torch.randint(0, 10, (n,), generator=generator)
 
 
+@pytest.mark.parametrize('threads', [False, True], ids=['one-after-the-other', 'threads'])
 @pytest.mark.parametrize('k', [1, 2, 3])
-def test_flat_trainer_matches_train_batch(k):
+def test_flat_trainer_matches_train_batch(k, threads):
     devices = dp.get_devices(k, verbose=False)
     reference = [dp.get_params(dp.init_lenet_params(), d) for d in devices]
     replicas = [dp.FlatParams(dp.init_lenet_params(), d) for d in devices]
-    for step in range(3):  # 255 examples: uneven shards for k = 2
-        X, y = batch(seed=step)
-        dp.train_batch(X, y, reference, devices, lr=0.5)
-        dp.train_batch_flat(X, y, replicas, devices, lr=0.5)
+    with ThreadPoolExecutor(k) as pool:
+        for step in range(3):  # 255 examples: uneven shards for k = 2
+            X, y = batch(seed=step)
+            dp.train_batch(X, y, reference, devices, lr=0.5)
+            dp.train_batch_flat(X, y, replicas, devices, lr=0.5, pool=pool if threads else None)
     for params, replica in zip(reference, replicas):
         for p, q in zip(params, replica.params):
             assert q.shape == p.shape

@@ -1,0 +1,248 @@
+"""Multi-process measurements for the performance chapter and scripts/benchmark.py.
+
+Start with torchrun, one process per device (gloo on the CPU, NCCL on GPUs), from the
+repository's root with MULTIGPU_DATA set:
+
+    torchrun --standalone --nproc-per-node=2 scripts/perf_workers.py allreduce --mb 25
+    torchrun --standalone --nproc-per-node=2 scripts/perf_workers.py train \\
+        --global-batch 256 --steps 20 --impls compute ddp flat overlap ring
+
+`allreduce` first checks that the star and the ring allreduce of data_parallel.py give
+exactly what torch.distributed.all_reduce gives (integer values, sizes that do not split
+evenly), then times the three on one buffer of --mb megabytes. `train` times LeNet steps
+on in-memory batches: `compute` is forward and backward alone (no communication), `ddp`
+is DistributedDataParallel, `flat` backward then one all_reduce of a flat gradient
+buffer, `ring` the same with the ring allreduce, `overlap` an all_reduce per parameter
+started by a gradient hook as soon as backward has produced that gradient. Rank 0
+prints one line `RESULT <json>`; `run` below launches torchrun and parses it.
+"""
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / 'book'))
+import data_parallel as dp  # noqa: E402
+
+
+def setup():
+    """Join the process group; give each process an equal share of the CPU cores."""
+    local_rank = int(os.environ.get('LOCAL_RANK', 0))
+    if torch.cuda.is_available():
+        device = torch.device('cuda', local_rank)
+        torch.cuda.set_device(device)
+        dist.init_process_group('nccl', device_id=device)
+    else:
+        device = torch.device('cpu')
+        dist.init_process_group('gloo')
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // dist.get_world_size()))
+    return device
+
+
+def sync(device):
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+
+
+def timed(fn, device, repeats):
+    """Median seconds of fn() over repeats runs, all processes starting together."""
+    times = []
+    for _ in range(repeats):
+        dist.barrier()
+        sync(device)
+        start = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+# --- allreduce ---------------------------------------------------------------------
+
+def check_allreduce(device):
+    """Star and ring equal dist.all_reduce exactly on integer-valued tensors."""
+    rank = dist.get_rank()
+    for n in (1, 5, 1000, 1001, 129_068):
+        x = torch.randint(-50, 50, (n,), generator=torch.Generator().manual_seed(rank + n))
+        x = x.float().to(device)
+        expected = x.clone()
+        dist.all_reduce(expected)
+        for fn in (dp.star_allreduce, dp.ring_allreduce):
+            got = fn(x.clone())
+            if not torch.equal(got, expected):
+                raise SystemExit(f'{fn.__name__} differs from all_reduce for n={n}')
+    return True
+
+
+def allreduce(args, device):
+    k = dist.get_world_size()
+    check_allreduce(device)
+    n = int(args.mb * 1e6 / 4)
+    x = torch.ones(n, device=device)
+    fns = {'star': dp.star_allreduce, 'ring': dp.ring_allreduce, 'torch': dist.all_reduce}
+    for fn in fns.values():  # warm up connections and buffers
+        fn(x)
+    seconds = {name: [] for name in fns}
+    for _ in range(args.repeats):  # interleaved, so a busy moment hits all three alike
+        for name, fn in fns.items():
+            seconds[name].append(timed(lambda: fn(x), device, 1))
+    seconds = {name: statistics.median(s) for name, s in seconds.items()}
+    return {'k': k, 'megabytes': n * 4 / 1e6, 'num_values': n, 'checked': True,
+            'seconds': seconds,
+            'algbw': {name: n * 4 / s for name, s in seconds.items()},  # bytes/s of data
+            'busbw': {name: 2 * (k - 1) / k * n * 4 / s for name, s in seconds.items()}}
+
+
+# --- training steps ----------------------------------------------------------------
+
+class Net(nn.Module):
+    """LeNet with the from-scratch parameters, as a module DDP can wrap."""
+
+    def __init__(self):
+        super().__init__()
+        self.params = nn.ParameterList([nn.Parameter(p) for p in dp.init_lenet_params()])
+
+    def forward(self, X):
+        return dp.lenet(X, list(self.params))
+
+
+def shards(X, y, global_batch, steps, device):
+    """This process's shard of each of `steps` global minibatches, already on device."""
+    rank, k = dist.get_rank(), dist.get_world_size()
+    out = []
+    for i in range(steps):
+        start = (i * global_batch) % (len(X) - global_batch)
+        X_b, y_b = X[start:start + global_batch], y[start:start + global_batch]
+        X_s, y_s = torch.tensor_split(X_b, k)[rank], torch.tensor_split(y_b, k)[rank]
+        out.append((X_s.to(device), y_s.to(device)))
+    return out
+
+
+def make_step(impl, device, global_batch, lr):
+    """(step function, parameter getter) for one implementation, from the same init."""
+    if impl == 'ddp':
+        model = Net().to(device)
+        ddp = nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == 'cuda' else None)
+        opt = torch.optim.SGD(model.parameters(), lr=lr)
+        loss_fn = nn.CrossEntropyLoss()  # mean over the shard; DDP averages over ranks
+
+        def step(X, y):
+            opt.zero_grad()
+            loss_fn(ddp(X), y).backward()
+            opt.step()
+        return step, lambda: [p.detach() for p in model.parameters()]
+
+    replica = dp.FlatParams(dp.init_lenet_params(), device)
+    handles = []
+    if impl == 'overlap':
+        for param in replica.params:  # fires once the gradient of param is complete
+            param.register_post_accumulate_grad_hook(
+                lambda p: handles.append(dist.all_reduce(p.grad, async_op=True)))
+
+    def step(X, y):
+        dp.loss(dp.lenet(X, replica.params), y).sum().backward()
+        with torch.no_grad():
+            if impl == 'flat':
+                dist.all_reduce(replica.grad)
+            elif impl == 'ring':
+                dp.ring_allreduce(replica.grad)
+            elif impl == 'overlap':
+                for handle in handles:
+                    handle.wait()
+                handles.clear()
+            replica.data.sub_(replica.grad, alpha=lr / global_batch)
+            replica.grad.zero_()
+    return step, lambda: [p.detach() for p in replica.params]
+
+
+def train(args, device):
+    k = dist.get_world_size()
+    X, y = dp.read_fashion_mnist(True)
+    results = []
+    for global_batch in args.global_batch:
+        batches = shards(X, y, global_batch, args.warmup + args.steps, device)
+        record = {'k': k, 'global_batch': global_batch, 'per_device': global_batch // k,
+                  'steps': args.steps, 'threads': torch.get_num_threads()}
+        finals = {}
+        for impl in args.impls:
+            step, params = make_step(impl, device, global_batch, args.lr)
+            for X_s, y_s in batches[:args.warmup]:
+                step(X_s, y_s)
+
+            def run():
+                for X_s, y_s in batches[args.warmup:]:
+                    step(X_s, y_s)
+            seconds = timed(run, device, 1) / args.steps
+            record[impl] = {'step_seconds': seconds, 'examples_per_second': global_batch / seconds}
+            finals[impl] = [p.cpu() for p in params()]
+        trained = [i for i in args.impls if i != 'compute']
+        if len(trained) > 1:  # every implementation reached the same parameters
+            record['max_difference'] = max(
+                (a - b).abs().max().item() for impl in trained[1:]
+                for a, b in zip(finals[trained[0]], finals[impl]))
+        results.append(record)
+    return results
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest='mode', required=True)
+    a = sub.add_parser('allreduce')
+    a.add_argument('--mb', type=float, default=25.0)
+    a.add_argument('--repeats', type=int, default=5)
+    t = sub.add_parser('train')
+    t.add_argument('--global-batch', type=int, nargs='+', default=[256])
+    t.add_argument('--steps', type=int, default=20)
+    t.add_argument('--warmup', type=int, default=3)
+    t.add_argument('--lr', type=float, default=0.2)
+    t.add_argument('--impls', nargs='+', default=['compute', 'ddp'],
+                   choices=['compute', 'ddp', 'flat', 'ring', 'overlap'])
+    args = parser.parse_args()
+    device = setup()
+    try:
+        result = (allreduce if args.mode == 'allreduce' else train)(args, device)
+        if dist.get_rank() == 0:
+            print('RESULT ' + json.dumps(result), flush=True)
+    finally:
+        dist.destroy_process_group()
+
+
+# --- Launching (used by the chapter and the benchmark) -------------------------------
+
+def run(nproc, *args, timeout=600):
+    """torchrun this script with nproc processes on this machine; return rank 0's result."""
+    argv = [sys.executable, '-m', 'torch.distributed.run', '--standalone',
+            f'--nproc-per-node={nproc}', str(Path(__file__).resolve()), *map(str, args)]
+    env = {**os.environ, 'PYTHONUNBUFFERED': '1'}
+    if not torch.cuda.is_available():
+        env['CUDA_VISIBLE_DEVICES'] = ''
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:  # the launcher and its workers share one process group: end all of them
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
+    lines = [line for line in out.splitlines() if line.startswith('RESULT ')]
+    if proc.returncode != 0 or not lines:
+        tail = '\n'.join((out + err).strip().splitlines()[-15:])
+        raise RuntimeError(f'torchrun exited with code {proc.returncode}:\n{tail}')
+    return json.loads(lines[-1][len('RESULT '):])
+
+
+if __name__ == '__main__':
+    main()
