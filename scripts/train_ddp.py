@@ -214,7 +214,7 @@ def train(args):
     restart = int(os.environ.get('TORCHELASTIC_RESTART_COUNT', 0))
     crash = (args.simulate_failure is not None and restart == 0
              and rank == world_size - 1)  # RANK picks a role: here, who fails
-    steps = 0
+    steps, epochs_run = 0, []
     for epoch in range(start_epoch, args.epochs):
         sampler.set_epoch(epoch)  # a new shuffle each epoch, the same in every process
         if device.type == 'cuda':
@@ -233,6 +233,7 @@ def train(args):
         if device.type == 'cuda':
             torch.cuda.synchronize(device)
         history['epoch_seconds'].append(time.perf_counter() - start)
+        epochs_run.append(epoch + 1)
         if rank == 0:  # one replica is enough to evaluate: they are identical
             history['accuracies'].append(evaluate(model, X_test, y_test, device))
             log(f'epoch {epoch + 1}: test accuracy {history["accuracies"][-1]:.3f}, '
@@ -245,13 +246,16 @@ def train(args):
     devices = [None] * world_size
     dist.all_gather_object(devices, str(device))
     if rank == 0:
-        seconds = sum(history['epoch_seconds']) / len(history['epoch_seconds'])
+        timed = history['epoch_seconds'][-len(epochs_run):] if epochs_run else \
+            history['epoch_seconds']  # this job's epochs: a snapshot may come from another
+        seconds = sum(timed) / len(timed)
         record = {'num_devices': world_size, 'devices': devices,
                   'batch_size': args.batch_size, 'lr': args.lr, 'num_epochs': args.epochs,
                   'accuracies': history['accuracies'], 'seconds_per_epoch': seconds,
                   'examples_per_second': len(X) / seconds, 'model': args.model,
                   'backend': dist.get_backend(), 'restarts': restart,
-                  'resumed_after_epoch': start_epoch}
+                  'resumed_after_epoch': start_epoch,
+                  'epochs_run': epochs_run}
         log(f'test accuracy {history["accuracies"][-1]:.2f}, {seconds:.1f} s/epoch, '
             f'{world_size} process(es) on {sorted(set(devices))}')
         if args.result:
