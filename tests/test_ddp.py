@@ -15,6 +15,8 @@ import data_parallel as dp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'scripts'))
 import train_ddp  # noqa: E402
 
+CPU_ONLY = {'CUDA_VISIBLE_DEVICES': ''}  # gloo on the CPU, also on a GPU runner
+
 
 def our_processes(marker):
     """Command lines of live processes that mention marker (a test's tmp_path)."""
@@ -40,7 +42,7 @@ def run(tmp_path, *args, nproc=2, max_restarts=0, name='result'):
     """torchrun train_ddp.py on this machine; return (stdout, result record)."""
     result = tmp_path / f'{name}.json'
     command = train_ddp.torchrun_command([*args, '--result', result], nproc, max_restarts)
-    stdout, = train_ddp.launch(command, timeout=300)
+    stdout, = train_ddp.launch(command, env=CPU_ONLY, timeout=300)
     return stdout, json.loads(result.read_text())
 
 
@@ -81,7 +83,7 @@ def test_two_machines_on_localhost(job):
                 for node_rank in (0, 1)]
     assert 'GLOO_SOCKET_IFNAME=lo' in train_ddp.show_command(*commands[1])
     assert '--node-rank=1 --rdzv-endpoint=127.0.0.1:' in train_ddp.show_command(*commands[1])
-    node0, node1 = train_ddp.launch(*commands, timeout=300)
+    node0, node1 = train_ddp.launch(*commands, env=CPU_ONLY, timeout=300)
     assert 'epoch 1: test accuracy' in node0 and node1 == ''  # only global rank 0 logs
     record = json.loads((job / 'two_nodes.json').read_text())
     assert record['num_devices'] == 4 and record['backend'] == 'gloo'
