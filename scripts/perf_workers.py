@@ -33,18 +33,12 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / 'book'))
 import data_parallel as dp  # noqa: E402
+import train_ddp  # noqa: E402  (beside this file)
 
 
 def setup():
-    """Join the process group; give each process an equal share of the CPU cores."""
-    local_rank = int(os.environ.get('LOCAL_RANK', 0))
-    if torch.cuda.is_available():
-        device = torch.device('cuda', local_rank)
-        torch.cuda.set_device(device)
-        dist.init_process_group('nccl', device_id=device)
-    else:
-        device = torch.device('cpu')
-        dist.init_process_group('gloo')
+    """Join the process group as train_ddp.py does; give each process its share of the cores."""
+    device = train_ddp.setup()
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // dist.get_world_size()))
     return device
 
