@@ -102,8 +102,8 @@ def main():
     print(f'load average before: {os.getloadavg()[0]:.2f} (1 minute), '
           f'{torch.get_num_threads()} intra-op threads', flush=True)
 
+    our_train, _ = dp.load_fashion_mnist(BATCH)  # first: a clear error if the data is missing
     d2l_train, _ = d2l_loaders(BATCH)
-    our_train, _ = dp.load_fashion_mnist(BATCH)
     batches = []  # pre-loaded, shuffled, already split per device
     for X, y in our_train:
         batches.append((X, y, *dp.split_batch(X, y, devices)))
@@ -216,4 +216,7 @@ def main():
 
 
 if __name__ == '__main__':
-    main()
+    try:
+        main()
+    except dp.DataUnavailableError as error:
+        sys.exit(f'benchmark: {error}')  # one line that says what to do, no traceback

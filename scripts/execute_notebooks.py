@@ -11,6 +11,7 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
 
 
 def execute(path):
@@ -30,7 +31,10 @@ def main(paths):
         path = Path(name)
         if not path.is_file():
             sys.exit(f'{name}: no such notebook')
-        print(f'{path}: executed in {execute(path):.0f} s', flush=True)
+        try:
+            print(f'{path}: executed in {execute(path):.0f} s', flush=True)
+        except CellExecutionError as error:  # the cell's own error, not nbclient's traceback
+            sys.exit(f'{path}: not saved, a cell failed with {error.ename}: {error.evalue}')
 
 
 if __name__ == '__main__':
