@@ -11,10 +11,12 @@ import math
 import os
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
 import torchvision
+from torch import distributed as dist
 from torch import nn
 from torch.nn import functional as F
 
@@ -296,10 +298,6 @@ class Timer:
 
 
 # --- Where the time goes (chapter 8) -----------------------------------------------
-from concurrent.futures import ThreadPoolExecutor  # noqa: E402  (used from here on)
-
-from torch import distributed as dist  # noqa: E402
-
 
 class FlatParams:
     """One replica's parameters as views into one flat buffer, gradients into another."""
