@@ -19,9 +19,7 @@ prints one line `RESULT <json>`; `run` below launches torchrun and parses it.
 import argparse
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -216,25 +214,14 @@ def main():
 
 def run(nproc, *args, timeout=600):
     """torchrun this script with nproc processes on this machine; return rank 0's result."""
-    argv = [sys.executable, '-m', 'torch.distributed.run', '--standalone',
-            f'--nproc-per-node={nproc}', str(Path(__file__).resolve()), *map(str, args)]
-    env = {**os.environ, 'PYTHONUNBUFFERED': '1'}
+    env, argv = train_ddp.torchrun_command(args, nproc=nproc, script=Path(__file__).resolve())
     if not torch.cuda.is_available():
         env['CUDA_VISIBLE_DEVICES'] = ''
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:  # the launcher and its workers share one process group: end all of them
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        proc.wait()
+    out, = train_ddp.launch((env, argv), timeout=timeout)  # kills every worker it started
     lines = [line for line in out.splitlines() if line.startswith('RESULT ')]
-    if proc.returncode != 0 or not lines:
-        tail = '\n'.join((out + err).strip().splitlines()[-15:])
-        raise RuntimeError(f'torchrun exited with code {proc.returncode}:\n{tail}')
+    if not lines:
+        tail = '\n'.join(out.strip().splitlines()[-15:])
+        raise RuntimeError(f'torchrun printed no RESULT line:\n{tail}')
     return json.loads(lines[-1][len('RESULT '):])
 
 

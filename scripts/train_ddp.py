@@ -321,14 +321,14 @@ def free_port():
         return s.getsockname()[1]
 
 
-def torchrun_command(script_args=(), nproc=2, max_restarts=0):
+def torchrun_command(script_args=(), nproc=2, max_restarts=0, script=SCRIPT):
     """(environment, argv) for torchrun on this machine; --standalone finds a free port."""
     # Restarted workers must not reuse the previous attempt's rendezvous store, whose
     # stale addresses make them connect to dead peers (pytorch/pytorch#135712).
     env = {'TORCH_DISABLE_SHARE_RDZV_TCP_STORE': '1'} if max_restarts else {}
     argv = [sys.executable, '-m', 'torch.distributed.run', '--standalone',
             f'--nproc-per-node={nproc}', *([f'--max-restarts={max_restarts}'] * bool(max_restarts)),
-            str(SCRIPT), *map(str, script_args)]
+            str(script), *map(str, script_args)]
     return env, argv
 
 

@@ -1,5 +1,4 @@
-"""Make the book's helper module importable from the tests."""
-import os
+"""Make the book's helper module and the scripts importable from the tests."""
 import sys
 from pathlib import Path
 
@@ -7,6 +6,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / 'book'))
+sys.path.insert(0, str(ROOT / 'scripts'))  # train_ddp and its launch helpers
 
 
 @pytest.fixture(scope='session')

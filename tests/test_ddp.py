@@ -3,7 +3,6 @@ survives a killed worker, and leaves no process behind. Every job runs on the CP
 with a small slice of Fashion-MNIST."""
 import json
 import socket
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,9 +10,7 @@ import torch
 from torch.utils.data.distributed import DistributedSampler
 
 import data_parallel as dp
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'scripts'))
-import train_ddp  # noqa: E402
+import train_ddp
 
 CPU_ONLY = {'CUDA_VISIBLE_DEVICES': ''}  # gloo on the CPU, also on a GPU runner
 

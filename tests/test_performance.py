@@ -10,6 +10,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import data_parallel as dp
+from train_ddp import free_port
 
 
 def batch(n=255, seed=1):
@@ -52,12 +53,6 @@ def test_flat_params_copy_their_input():
     replica = dp.FlatParams(params, torch.device('cpu'))
     replica.data.zero_()
     assert params[0].abs().sum() > 0
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
 
 
 def _worker(rank, world_size, port, sizes, failures):
