@@ -2,6 +2,7 @@
 #   make book     HTML from the stored notebook outputs (strict: warnings are errors)
 #   make test     unit tests, then nbval re-runs every notebook and compares its outputs
 #   make execute  re-run every notebook in place on this machine (refresh stored outputs)
+#   make lab      JupyterLab on the book's folder, to run the chapters yourself
 #   make clean    remove the build folder and caches (keeps .venv and data/)
 PYTHON ?= python3
 VENV   := .venv
@@ -9,14 +10,14 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: book test unit nbval execute clean distclean
+.PHONY: book test unit nbval execute lab clean distclean
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
-	@# d2l 1.0.3 pins numpy 1.23.5 / matplotlib 3.7.2 (uninstallable on Python 3.12+): code only.
-	$(PY) -m pip install -q --no-deps d2l==1.0.3
+	@# the helper package every chapter imports as dp, editable: book/data_parallel/
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
 book: $(STAMP)
@@ -33,6 +34,11 @@ nbval: $(STAMP)
 
 execute: $(STAMP)
 	$(PY) scripts/execute_notebooks.py book/[0-9]*.ipynb
+
+# JupyterLab prints the URL to open (with its token) once it listens; Ctrl-C stops it.
+LAB_PORT ?= 8888
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab --no-browser --port=$(LAB_PORT) --notebook-dir=book
 
 clean:
 	rm -rf _build .pytest_cache book/.ipynb_checkpoints

@@ -7,18 +7,18 @@ From the repository's root (about 3 minutes on 2 CPU cores):
 MULTIGPU_DATA names the folder that holds FashionMNIST/raw/. The script measures, in
 this process, with k = 2 devices (on a CPU-only machine the CPU stands in for both):
 
-- the data pipeline: one epoch of iteration over d2l.load_data_fashion_mnist(256)
-  (torchvision + a PIL-to-tensor conversion per image, 4 worker processes) against
+- the data pipeline: one epoch of iteration over dp.per_image_loader(256), the article's
+  pipeline (torchvision + a PIL-to-tensor conversion per image, 4 worker processes), against
   dp.load_fashion_mnist(256) (the data set held in memory as two tensors);
-- the training step: the article's loop (dp.train_batch) fed by d2l's loader and by
+- the training step: the article's loop (dp.train_batch) fed by the per-image loader and by
   in-memory batches, and the improved loop (dp.train_batch_flat, flat buffers, one
   thread per device) against the bare forward/backward passes on pre-loaded batches;
 
 and it launches these itself, with torchrun (gloo on the CPU, NCCL on GPUs):
 
-    torchrun --standalone --nproc-per-node=2 scripts/perf_workers.py train \\
+    torchrun --standalone --nproc-per-node=2 -m data_parallel.perf_workers train \\
         --global-batch 256 --steps N --impls compute ddp
-    torchrun --standalone --nproc-per-node=K scripts/perf_workers.py allreduce --mb 25
+    torchrun --standalone --nproc-per-node=K -m data_parallel.perf_workers allreduce --mb 25
         (K = 2 and 4)
 
 Every time is the median of --repeats runs, the variants interleaved so that a busy
@@ -27,45 +27,20 @@ last column are printed next to the measurements, not asserted. Run it on a quie
 machine (`uptime`: a 1-minute load well below the number of cores).
 """
 import argparse
-import contextlib
 import os
 import statistics
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / 'book'))
-sys.path.insert(0, str(ROOT / 'scripts'))
-import data_parallel as dp  # noqa: E402
-import perf_workers  # noqa: E402
+import data_parallel as dp
+from data_parallel import perf_workers
+from data_parallel.cli import at_least
 
 BATCH, LR, K = 256, 0.2, 2
 NUM_VALUES = sum(p.numel() for p in dp.init_lenet_params())
-
-
-@contextlib.contextmanager
-def d2l_data_folder():
-    """d2l reads and downloads '../data': run it from tmp/x with tmp/data -> our data."""
-    with tempfile.TemporaryDirectory() as tmp:
-        os.symlink(dp.data_root().resolve(), Path(tmp) / 'data')
-        (Path(tmp) / 'x').mkdir()
-        old = os.getcwd()
-        os.chdir(Path(tmp) / 'x')
-        try:
-            yield
-        finally:
-            os.chdir(old)
-
-
-def d2l_loaders(batch_size):
-    import d2l.torch as d2l
-    with d2l_data_folder():
-        return d2l.load_data_fashion_mnist(batch_size)
 
 
 def seconds(fn):
@@ -91,9 +66,9 @@ def step_all(batches_iter, n, step):
 def main():
     global DEVICES
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--batches', type=int, default=40,
+    parser.add_argument('--batches', type=at_least(1, int), default=40,
                         help='minibatches of 256 per timed training run (default 40)')
-    parser.add_argument('--repeats', type=int, default=3)
+    parser.add_argument('--repeats', type=at_least(1, int), default=3)
     args = parser.parse_args()
     n = args.batches
     torch.manual_seed(0)
@@ -103,7 +78,7 @@ def main():
           f'{torch.get_num_threads()} intra-op threads', flush=True)
 
     our_train, _ = dp.load_fashion_mnist(BATCH)  # first: a clear error if the data is missing
-    d2l_train, _ = d2l_loaders(BATCH)
+    image_train = dp.per_image_loader(BATCH)
     batches = []  # pre-loaded, shuffled, already split per device
     for X, y in our_train:
         batches.append((X, y, *dp.split_batch(X, y, devices)))
@@ -130,11 +105,11 @@ def main():
     article = lambda X, y: dp.train_batch(X, y, article_params, devices, LR)
     improved = lambda X, y: dp.train_batch_flat(X, y, flat_replicas, devices, LR, pool)
     runs = {
-        'd2l loader, one epoch': lambda: iterate(d2l_train),
+        'per-image loader, one epoch': lambda: iterate(image_train),
         'our loader, one epoch': lambda: iterate(our_train),
         'passes only, one device after the other': passes_sequential,
         'passes only, one thread per device': passes_threads,
-        "article's loop, d2l loader": lambda: step_all(d2l_train, n, article),
+        "article's loop, per-image loader": lambda: step_all(image_train, n, article),
         "article's loop, in-memory batches": lambda: step_all(our_train, n, article),
         'improved loop (in-memory, flat, threads)': lambda: step_all(our_train, n, improved),
     }
@@ -158,11 +133,11 @@ def main():
     measured = ddp['ddp']['step_seconds']
     rows = [
         ('Data pipeline', None, None, None),
-        ('our loader: epoch time of d2l / ours',
-         t['d2l loader, one epoch'] / t['our loader, one epoch'], '>= 10', lambda x: x >= 10),
+        ('our loader: epoch time of per-image / ours',
+         t['per-image loader, one epoch'] / t['our loader, one epoch'], '>= 10', lambda x: x >= 10),
         (f'Training, k = {K}, batch {BATCH}, {n} batches (time / passes only)', None, None, None),
-        ("article's loop, d2l loader / passes (one after the other)",
-         t["article's loop, d2l loader"] / t['passes only, one device after the other'],
+        ("article's loop, per-image loader / passes (one after the other)",
+         t["article's loop, per-image loader"] / t['passes only, one device after the other'],
          '(1.26 before)', None),
         ("article's loop, in-memory / passes (one after the other)",
          t["article's loop, in-memory batches"] / t['passes only, one device after the other'],
@@ -173,10 +148,10 @@ def main():
         ('passes: threads / one after the other',
          t['passes only, one thread per device'] / t['passes only, one device after the other'],
          '', None),
-        ('improved loop: throughput / DDP (gloo, 2 processes)',
+        (f'improved loop: throughput / DDP ({ddp["backend"]}, 2 processes)',
          improved_rate / ddp['ddp']['examples_per_second'], '>= 0.90', lambda x: x >= 0.90),
-        ('improved loop: throughput / article loop (d2l loader)',
-         t["article's loop, d2l loader"] / t['improved loop (in-memory, flat, threads)'], '', None),
+        ('improved loop: throughput / article loop (per-image loader)',
+         t["article's loop, per-image loader"] / t['improved loop (in-memory, flat, threads)'], '', None),
         ('Allreduce of 25 MB (bandwidth / torch.distributed.all_reduce)', None, None, None),
     ]
     for k, ring in rings.items():
@@ -209,7 +184,7 @@ def main():
               'equal to all_reduce)')
     print(f'   cost model: compute {ddp["compute"]["step_seconds"] * 1e3:.1f} ms + allreduce '
           f'{dp.allreduce_seconds(NUM_VALUES, K, bandwidth) * 1e3:.2f} ms '
-          f'(bus bandwidth {bandwidth / 1e9:.2f} GB/s) = {predicted * 1e3:.1f} ms; '
+          f'({rings[2]["backend"]} bus bandwidth {bandwidth / 1e9:.2f} GB/s) = {predicted * 1e3:.1f} ms; '
           f'measured {measured * 1e3:.1f} ms; error {100 * (predicted / measured - 1):+.0f} %')
     print(f'load average after: {load_after:.2f} (1 minute)')
     pool.shutdown()

@@ -49,6 +49,6 @@ def test_missing_data_offline_fails_fast_with_clear_message(tmp_path):
     assert time.monotonic() - start < 30
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith('data_parallel.DataUnavailableError')
+    assert last.startswith('data_parallel.data.DataUnavailableError: ')
     assert 'MULTIGPU_DATA' in last and 'FashionMNIST' in last
     assert 'urllib' not in result.stderr, 'no traceback from inside the download library'

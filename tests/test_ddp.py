@@ -1,4 +1,4 @@
-"""scripts/train_ddp.py: DDP matches the from-scratch trainer, runs on two "machines",
+"""data_parallel.train_ddp: DDP matches the from-scratch trainer, runs on two "machines",
 survives a killed worker, and leaves no process behind. Every job runs on the CPU (gloo)
 with a small slice of Fashion-MNIST."""
 import json
@@ -10,7 +10,7 @@ import torch
 from torch.utils.data.distributed import DistributedSampler
 
 import data_parallel as dp
-import train_ddp
+from data_parallel import launch, train_ddp
 
 CPU_ONLY = {'CUDA_VISIBLE_DEVICES': ''}  # gloo on the CPU, also on a GPU runner
 
@@ -35,21 +35,22 @@ def job(tmp_path, fashion_root):
     assert our_processes(str(tmp_path)) == []
 
 
-def run(tmp_path, *args, nproc=2, max_restarts=0, name='result'):
-    """torchrun train_ddp.py on this machine; return (stdout, result record)."""
+def run(tmp_path, *args, nproc=2, max_restarts=0, name='result', module=launch.TRAINER):
+    """torchrun the trainer on this machine; return (stdout, result record)."""
     result = tmp_path / f'{name}.json'
-    command = train_ddp.torchrun_command([*args, '--result', result], nproc, max_restarts)
-    stdout, = train_ddp.launch(command, env=CPU_ONLY, timeout=300)
+    command = launch.torchrun_command([*args, '--result', result], nproc, max_restarts,
+                                      module=module)
+    stdout, = launch.launch(command, env=CPU_ONLY, timeout=300)
     return stdout, json.loads(result.read_text())
 
 
 def test_two_processes_match_one_process_with_the_full_batch(job):
     """DDP (2 processes x 128) leaves the parameters of dp.train_batch on batches of 256."""
     num_train, batch_size, lr, num_epochs = 1000, 256, 0.2, 2  # last batch: 232 examples
-    model_path = job / 'ddp.pt'
+    snapshot = job / 'ddp.pt'
     run(job, '--num-train', num_train, '--num-test', 100, '--batch-size', batch_size,
-        '--lr', lr, '--epochs', num_epochs, '--save-model', model_path)
-    ddp_params = list(torch.load(model_path, weights_only=True).values())
+        '--lr', lr, '--epochs', num_epochs, '--snapshot', snapshot)
+    ddp_params = list(torch.load(snapshot, weights_only=True)['model'].values())
 
     X, y = dp.read_fashion_mnist(True)
     X, y = X[:num_train], y[:num_train]
@@ -73,14 +74,14 @@ def test_two_processes_match_one_process_with_the_full_batch(job):
 
 def test_two_machines_on_localhost(job):
     """The chapter's two-node commands, with ADDR=127.0.0.1 and IFNAME=lo: 2 x 2 processes."""
-    port = train_ddp.free_port()
+    port = launch.free_port()
     args = ['--epochs', 1, '--num-train', 1024, '--num-test', 200,
             '--result', job / 'two_nodes.json']
-    commands = [train_ddp.multinode_command(node_rank, '127.0.0.1', port, 'lo', args)
+    commands = [launch.multinode_command(node_rank, '127.0.0.1', port, 'lo', args)
                 for node_rank in (0, 1)]
-    assert 'GLOO_SOCKET_IFNAME=lo' in train_ddp.show_command(*commands[1])
-    assert '--node-rank=1 --rdzv-endpoint=127.0.0.1:' in train_ddp.show_command(*commands[1])
-    node0, node1 = train_ddp.launch(*commands, env=CPU_ONLY, timeout=300)
+    assert 'GLOO_SOCKET_IFNAME=lo' in launch.show_command(*commands[1])
+    assert '--node-rank=1 --rdzv-endpoint=127.0.0.1:' in launch.show_command(*commands[1])
+    node0, node1 = launch.launch(*commands, env=CPU_ONLY, timeout=300)
     assert 'epoch 1: test accuracy' in node0 and node1 == ''  # only global rank 0 logs
     record = json.loads((job / 'two_nodes.json').read_text())
     assert record['num_devices'] == 4 and record['backend'] == 'gloo'
@@ -95,8 +96,8 @@ def test_killed_worker_resumes_from_the_last_snapshot(job):
     which resumes after epoch 1 and ends with the parameters of an uninterrupted run."""
     common = ['--epochs', 3, '--num-train', 1024, '--num-test', 200]
     snapshot = job / 'snapshots' / 'lenet.pt'
-    stdout, record = run(job, *common, '--snapshot', snapshot, '--simulate-failure', 2,
-                         '--save-model', job / 'resumed.pt', max_restarts=1)
+    stdout, record = run(job, '--fail-in-epoch', 2, *common, '--snapshot', snapshot,
+                         max_restarts=1, module='data_parallel.faults')
     assert record['restarts'] == 1 and record['resumed_after_epoch'] == 1
     assert 'resumed from the snapshot taken after epoch 1' in stdout
     assert [stdout.count(f'epoch {e}:') for e in (1, 2, 3)] == [1, 1, 1]  # none repeated
@@ -105,9 +106,9 @@ def test_killed_worker_resumes_from_the_last_snapshot(job):
     assert saved['epoch'] == 3 and len(saved['accuracies']) == 3
     assert not list(snapshot.parent.glob('*.tmp'))  # written atomically
 
-    _, plain = run(job, *common, '--save-model', job / 'plain.pt', name='plain')
-    resumed = torch.load(job / 'resumed.pt', weights_only=True)
-    uninterrupted = torch.load(job / 'plain.pt', weights_only=True)
+    _, plain = run(job, *common, '--snapshot', job / 'plain.pt', name='plain')
+    resumed = saved['model']
+    uninterrupted = torch.load(job / 'plain.pt', weights_only=True)['model']
     for key in uninterrupted:  # nothing was lost or trained twice
         torch.testing.assert_close(resumed[key], uninterrupted[key])
     assert record['accuracies'] == pytest.approx(plain['accuracies'])
@@ -117,10 +118,10 @@ def test_resnet18_tiny_configuration(job):
     """The ResNet-18 path (BatchNorm buffers, larger model) on 64 examples, 2 processes."""
     stdout, record = run(job, '--model', 'resnet18', '--epochs', 1, '--num-train', 64,
                          '--num-test', 32, '--batch-size', 32, '--lr', 0.1,
-                         '--save-model', job / 'resnet.pt')
+                         '--snapshot', job / 'resnet.pt')
     assert record['model'] == 'resnet18' and record['num_devices'] == 2
     assert 0 <= record['accuracies'][0] <= 1
-    state = torch.load(job / 'resnet.pt', weights_only=True)
+    state = torch.load(job / 'resnet.pt', weights_only=True)['model']
     assert any(key.endswith('running_mean') for key in state)
 
 
@@ -155,7 +156,11 @@ def test_snapshot_round_trip_with_weights_only(tmp_path):
 def test_missing_data_exits_with_one_line(monkeypatch):
     def unavailable(train, root=None):
         raise dp.DataUnavailableError('Fashion-MNIST is not here.')
-    monkeypatch.setattr(dp, 'read_fashion_mnist', unavailable)
+    monkeypatch.setattr(train_ddp.data, 'read_fashion_mnist', unavailable)
+    monkeypatch.setattr(train_ddp, 'setup', lambda: torch.device('cpu'))
+    monkeypatch.setattr(train_ddp.dist, 'barrier', lambda: None)
+    monkeypatch.setattr(train_ddp.dist, 'get_rank', lambda: 0)
+    monkeypatch.setattr(train_ddp.dist, 'get_world_size', lambda: 1)
     monkeypatch.setenv('LOCAL_RANK', '0')
     with pytest.raises(SystemExit) as exit_info:
         train_ddp.main([])

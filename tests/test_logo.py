@@ -1,9 +1,10 @@
 """The logo is drawn by code: book/logo.svg is exactly what scripts/make_logo.py draws."""
 import importlib.util
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import data_parallel as dp
+
+ROOT = dp.repo_root()
 
 
 def test_logo_is_generated_by_its_script():

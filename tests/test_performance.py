@@ -10,7 +10,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import data_parallel as dp
-from train_ddp import free_port
+from data_parallel.launch import free_port
 
 
 def batch(n=255, seed=1):

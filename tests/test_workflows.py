@@ -4,7 +4,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-WORKFLOWS = Path(__file__).resolve().parents[1] / '.github' / 'workflows'
+import data_parallel as dp
+
+WORKFLOWS = dp.repo_root() / '.github' / 'workflows'
 
 
 def load(name):

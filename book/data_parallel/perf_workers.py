@@ -1,13 +1,13 @@
 """Multi-process measurements for the performance chapter and scripts/benchmark.py.
 
-Start with torchrun, one process per device (gloo on the CPU, NCCL on GPUs), from the
-repository's root with MULTIGPU_DATA set:
+Start with torchrun, one process per device (the book's policy picks NCCL on GPUs or
+gloo on the CPU), with MULTIGPU_DATA set:
 
-    torchrun --standalone --nproc-per-node=2 scripts/perf_workers.py allreduce --mb 25
-    torchrun --standalone --nproc-per-node=2 scripts/perf_workers.py train \\
+    torchrun --standalone --nproc-per-node=2 -m data_parallel.perf_workers allreduce --mb 25
+    torchrun --standalone --nproc-per-node=2 -m data_parallel.perf_workers train \\
         --global-batch 256 --steps 20 --impls compute ddp flat overlap ring
 
-`allreduce` first checks that the star and the ring allreduce of data_parallel.py give
+`allreduce` first checks that the star and the ring allreduce of the package give
 exactly what torch.distributed.all_reduce gives (integer values, sizes that do not split
 evenly), then times the three on one buffer of --mb megabytes. `train` times LeNet steps
 on in-memory batches: `compute` is forward and backward alone (no communication), `ddp`
@@ -20,18 +20,15 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / 'book'))
-import data_parallel as dp  # noqa: E402
-import train_ddp  # noqa: E402  (beside this file)
+import data_parallel as dp
+from . import launch, train_ddp
+from .cli import at_least, positive_float
 
 
 def setup():
@@ -89,7 +86,7 @@ def allreduce(args, device):
         for name, fn in fns.items():
             seconds[name].append(timed(lambda: fn(x), device, 1))
     seconds = {name: statistics.median(s) for name, s in seconds.items()}
-    return {'k': k, 'megabytes': n * 4 / 1e6, 'num_values': n, 'checked': True,
+    return {'k': k, 'backend': dist.get_backend(), 'megabytes': n * 4 / 1e6, 'num_values': n, 'checked': True,
             'seconds': seconds,
             'algbw': {name: n * 4 / s for name, s in seconds.items()},  # bytes/s of data
             'busbw': {name: 2 * (k - 1) / k * n * 4 / s for name, s in seconds.items()}}
@@ -164,7 +161,7 @@ def train(args, device):
     results = []
     for global_batch in args.global_batch:
         batches = shards(X, y, global_batch, args.warmup + args.steps, device)
-        record = {'k': k, 'global_batch': global_batch, 'per_device': global_batch // k,
+        record = {'k': k, 'backend': dist.get_backend(), 'global_batch': global_batch, 'per_device': global_batch // k,
                   'steps': args.steps, 'threads': torch.get_num_threads()}
         finals = {}
         for impl in args.impls:
@@ -176,7 +173,8 @@ def train(args, device):
                 for X_s, y_s in batches[args.warmup:]:
                     step(X_s, y_s)
             seconds = timed(run, device, 1) / args.steps
-            record[impl] = {'step_seconds': seconds, 'examples_per_second': global_batch / seconds}
+            record[impl] = {'step_seconds': seconds,
+                            'examples_per_second': global_batch / seconds}
             finals[impl] = [p.cpu() for p in params()]
         trained = [i for i in args.impls if i != 'compute']
         if len(trained) > 1:  # every implementation reached the same parameters
@@ -188,16 +186,17 @@ def train(args, device):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog='torchrun ... -m data_parallel.perf_workers',
+                                     description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest='mode', required=True)
     a = sub.add_parser('allreduce')
-    a.add_argument('--mb', type=float, default=25.0)
-    a.add_argument('--repeats', type=int, default=5)
+    a.add_argument('--mb', type=positive_float, default=25.0)
+    a.add_argument('--repeats', type=at_least(1, int), default=5)
     t = sub.add_parser('train')
-    t.add_argument('--global-batch', type=int, nargs='+', default=[256])
-    t.add_argument('--steps', type=int, default=20)
-    t.add_argument('--warmup', type=int, default=3)
-    t.add_argument('--lr', type=float, default=0.2)
+    t.add_argument('--global-batch', type=at_least(1, int), nargs='+', default=[256])
+    t.add_argument('--steps', type=at_least(1, int), default=20)
+    t.add_argument('--warmup', type=at_least(0, int), default=3)
+    t.add_argument('--lr', type=positive_float, default=0.2)
     t.add_argument('--impls', nargs='+', default=['compute', 'ddp'],
                    choices=['compute', 'ddp', 'flat', 'ring', 'overlap'])
     args = parser.parse_args()
@@ -213,11 +212,9 @@ def main():
 # --- Launching (used by the chapter and the benchmark) -------------------------------
 
 def run(nproc, *args, timeout=600):
-    """torchrun this script with nproc processes on this machine; return rank 0's result."""
-    env, argv = train_ddp.torchrun_command(args, nproc=nproc, script=Path(__file__).resolve())
-    if not torch.cuda.is_available():
-        env['CUDA_VISIBLE_DEVICES'] = ''
-    out, = train_ddp.launch((env, argv), timeout=timeout)  # kills every worker it started
+    """torchrun this module with nproc processes on this machine; return rank 0's result."""
+    command = launch.torchrun_command(args, nproc=nproc, module=__name__)
+    out, = launch.launch(command, timeout=timeout)  # kills every worker it started
     lines = [line for line in out.splitlines() if line.startswith('RESULT ')]
     if not lines:
         tail = '\n'.join(out.strip().splitlines()[-15:])

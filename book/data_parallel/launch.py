@@ -1,0 +1,103 @@
+"""Starting torchrun jobs from a notebook or a test, and leaving no process behind.
+
+The chapters show the commands as a reader would type them (``show_command``) and run
+them through ``launch``, which kills every process a job started when it ends.
+"""
+import contextlib
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from .paths import work_dir
+
+TRAINER = 'data_parallel.train_ddp'
+"""The module that the DDP chapter teaches; ``torchrun -m`` starts it."""
+
+
+def free_port():
+    """A TCP port that nothing listens on right now (the OS picks it)."""
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def torchrun_command(module_args=(), nproc=2, max_restarts=0, module=TRAINER):
+    """(environment, argv) for torchrun on this machine; --standalone finds a free port."""
+    # Restarted workers must not reuse the previous attempt's rendezvous store, whose
+    # stale addresses make them connect to dead peers (pytorch/pytorch#135712).
+    env = {'TORCH_DISABLE_SHARE_RDZV_TCP_STORE': '1'} if max_restarts else {}
+    restarts = [f'--max-restarts={max_restarts}'] if max_restarts else []
+    argv = [sys.executable, '-m', 'torch.distributed.run', '--standalone',
+            f'--nproc-per-node={nproc}', *restarts, '-m', module, *map(str, module_args)]
+    return env, argv
+
+
+def multinode_command(node_rank, addr, port, ifname, module_args=(), nnodes=2, nproc=2,
+                      module=TRAINER):
+    """(environment, argv) for one node of a multi-machine job, as the chapter shows."""
+    env = {'GLOO_SOCKET_IFNAME': ifname, 'NCCL_SOCKET_IFNAME': ifname}
+    argv = [sys.executable, '-m', 'torch.distributed.run', f'--nnodes={nnodes}',
+            f'--nproc-per-node={nproc}', f'--node-rank={node_rank}',
+            f'--rdzv-endpoint={addr}:{port}', '-m', module, *map(str, module_args)]
+    return env, argv
+
+
+def show_command(env, argv, width=88):
+    """The command as one would type it in a shell, broken into lines of at most width."""
+    words = ['torchrun'] + argv[3:]  # argv starts: python -m torch.distributed.run
+    words = [f'{k}={v}' for k, v in env.items()] + words
+    lines, line = [], ''
+    for word in map(shlex.quote, words):
+        if line and len(line) + 1 + len(word) > width - 2:
+            lines.append(line + ' \\')
+            line = '    ' + word
+        else:
+            line = f'{line} {word}' if line else word
+    return '\n'.join(lines + [line])
+
+
+def launch(*commands, env=None, timeout=900):
+    """Run one or more commands at once, each in its own session; return their stdout.
+
+    They run in the work folder (the repository's root, or the current folder). Every
+    process group is killed when the commands finish, fail or time out, so no worker is
+    left behind. Raises RuntimeError (with the end of the output) on failure.
+    """
+    env = {**os.environ, 'PYTHONUNBUFFERED': '1', **(env or {})}
+    procs, files = [], []
+    try:
+        for command in commands:
+            extra, argv = command if isinstance(command, tuple) else ({}, command)
+            out, err = tempfile.TemporaryFile('w+'), tempfile.TemporaryFile('w+')
+            files.append((out, err))
+            procs.append(subprocess.Popen(argv, cwd=work_dir(), env={**env, **extra},
+                                          stdout=out, stderr=err, text=True,
+                                          start_new_session=True))
+        deadline = time.monotonic() + timeout
+        for p in procs:
+            try:
+                p.wait(timeout=max(1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise RuntimeError(f'the job ran past its {timeout} s limit and was '
+                                   'stopped: give it more time (timeout=...)') from None
+        outputs = []
+        for out, err in files:
+            out.seek(0), err.seek(0)
+            outputs.append((out.read(), err.read()))
+    finally:
+        for p in procs:  # the launcher and every worker it started share one group
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        for out, err in files:
+            out.close(), err.close()
+    for p, (out, err) in zip(procs, outputs):
+        if p.returncode != 0:
+            tail = '\n'.join((out + err).strip().splitlines()[-15:])
+            raise RuntimeError(f'torchrun exited with code {p.returncode}:\n{tail}')
+    return [out for out, _ in outputs]

@@ -1,0 +1,321 @@
+"""Train LeNet (or ResNet-18) on Fashion-MNIST with DistributedDataParallel.
+
+One process per device: torchrun starts the processes and gives each one RANK,
+LOCAL_RANK and WORLD_SIZE. Backend and device follow the book's policy
+(``data_parallel.devices``): NCCL and cuda:LOCAL_RANK when this machine has a GPU for
+every process, gloo and the CPU otherwise. MULTIGPU_DATA names the folder that holds
+FashionMNIST/raw/ (else it is downloaded there).
+
+One machine, two processes (the training chapter's LeNet and hyper-parameters):
+
+    torchrun --standalone --nproc-per-node=2 -m data_parallel.train_ddp \\
+        --epochs 10 --batch-size 256 --lr 0.2
+
+ResNet-18 (d2l's variant) on one GPU, then on two (batch and learning rate scale):
+
+    torchrun --standalone --nproc-per-node=1 -m data_parallel.train_ddp \\
+        --model resnet18 --batch-size 256 --lr 0.1
+    torchrun --standalone --nproc-per-node=2 -m data_parallel.train_ddp \\
+        --model resnet18 --batch-size 512 --lr 0.2
+
+Two machines with two processes each. ADDR is node 0's address as node 1 sees it, and
+29500 a port free on node 0. IFNAME is the network interface that carries that traffic,
+on each machine (`ip route get ADDR` prints it after "dev"). Run the first command on
+node 0 and the second on node 1:
+
+    GLOO_SOCKET_IFNAME=IFNAME NCCL_SOCKET_IFNAME=IFNAME torchrun --nnodes=2 \\
+        --nproc-per-node=2 --node-rank=0 --rdzv-endpoint=ADDR:29500 \\
+        -m data_parallel.train_ddp
+    GLOO_SOCKET_IFNAME=IFNAME NCCL_SOCKET_IFNAME=IFNAME torchrun --nnodes=2 \\
+        --nproc-per-node=2 --node-rank=1 --rdzv-endpoint=ADDR:29500 \\
+        -m data_parallel.train_ddp
+
+To try both "machines" on one GPU host, give each its own GPUs, or NCCL stops with
+"Duplicate GPU detected": CUDA_VISIBLE_DEVICES=0,1 for node 0 and 2,3 for node 1 (or
+CUDA_VISIBLE_DEVICES= for both, to run on the CPU with gloo); ADDR=127.0.0.1, IFNAME=lo.
+
+With --snapshot, rank 0 saves model, optimiser and epoch after every epoch (atomically,
+as CPU tensors); a restarted job resumes from it. torchrun restarts the whole worker
+group when a worker dies, up to --max-restarts times.
+"""
+import argparse
+import os
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import BatchSampler, DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+from . import data, devices, scratch
+from .cli import at_least, positive_float
+from .results import save_json
+
+
+# --- Models ------------------------------------------------------------------------
+
+class LeNet(nn.Module):
+    """The from-scratch chapters' LeNet as a module: same init, same forward."""
+
+    def __init__(self, seed=0):
+        super().__init__()
+        self.params = nn.ParameterList(
+            [nn.Parameter(p) for p in scratch.init_lenet_params(seed)])
+
+    def forward(self, X):
+        return scratch.lenet(X, list(self.params))
+
+
+class Residual(nn.Module):
+    """Two 3x3 conv/BN layers plus a shortcut (a 1x1 conv when the shape changes)."""
+
+    def __init__(self, in_channels, out_channels, stride=1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, out_channels, 3, stride=stride, padding=1)
+        self.bn1 = nn.BatchNorm2d(out_channels)
+        self.conv2 = nn.Conv2d(out_channels, out_channels, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(out_channels)
+        self.shortcut = (nn.Conv2d(in_channels, out_channels, 1, stride=stride)
+                         if stride != 1 or in_channels != out_channels else nn.Identity())
+
+    def forward(self, X):
+        Y = torch.relu(self.bn1(self.conv1(X)))
+        return torch.relu(self.bn2(self.conv2(Y)) + self.shortcut(X))
+
+
+def resnet18(num_classes=10, in_channels=1):
+    """d2l's ResNet-18 for small images: 3x3 stride-1 stem without max-pool."""
+    layers = [nn.Conv2d(in_channels, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU()]
+    channels = 64
+    for i, out_channels in enumerate([64, 128, 256, 512]):
+        stride = 1 if i == 0 else 2
+        layers += [Residual(channels, out_channels, stride),
+                   Residual(out_channels, out_channels)]
+        channels = out_channels
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, num_classes)]
+    net = nn.Sequential(*layers)
+    for module in net.modules():  # d2l's init: N(0, 0.01^2) weights for conv and dense
+        if isinstance(module, (nn.Conv2d, nn.Linear)):
+            nn.init.normal_(module.weight, std=0.01)
+    return net
+
+
+def build_model(name, seed=0):
+    """The same initial parameters in every process (DDP also broadcasts rank 0's)."""
+    torch.manual_seed(seed)
+    return LeNet(seed) if name == 'lenet' else resnet18()
+
+
+# --- One process's share of the data ---------------------------------------------
+
+def shard_loader(X, y, per_process_batch, device, seed=0):
+    """This process's minibatches: DistributedSampler picks the indices, in batches.
+
+    The sampler shuffles all indices with seed + epoch (call set_epoch every epoch) and
+    hands process r every world_size-th one, so the processes see disjoint shards whose
+    union at each step is one contiguous slice of the shuffled order. BatchSampler groups
+    the indices, and TensorDataset indexes the in-memory tensors with a whole batch at
+    once (no per-example collation). For a GPU the batches come in pinned memory, so
+    that copying them to the device does not make the host wait.
+    """
+    dataset = TensorDataset(X, y)
+    sampler = DistributedSampler(dataset, shuffle=True, seed=seed)
+    batches = BatchSampler(sampler, per_process_batch, drop_last=False)
+    loader = DataLoader(dataset, sampler=batches, batch_size=None,
+                        pin_memory=device.type == 'cuda')
+    return loader, sampler
+
+
+def evaluate(model, X, y, batch_size=1024):
+    """Test accuracy of one replica, on the device that holds X and y (rank 0 only)."""
+    model.eval()
+    correct = torch.zeros((), dtype=torch.int64, device=X.device)
+    with torch.no_grad():
+        for i in range(0, len(X), batch_size):
+            correct += (model(X[i:i + batch_size]).argmax(dim=1) == y[i:i + batch_size]).sum()
+    model.train()
+    return correct.item() / len(X)  # the only wait for the device
+
+
+# --- Snapshots -----------------------------------------------------------------------
+
+def save_snapshot(path, model, optimizer, epoch, history):
+    """Write model, optimiser, finished epochs and history as CPU tensors, atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    snapshot = {'model': model.state_dict(), 'optimizer': optimizer.state_dict(),
+                'epoch': epoch, **history}
+    # CPU tensors load on any machine, with or without a GPU
+    snapshot = torch.utils._pytree.tree_map_only(torch.Tensor, torch.Tensor.cpu, snapshot)
+    tmp = path.with_name(path.name + '.tmp')
+    torch.save(snapshot, tmp)
+    os.replace(tmp, path)  # atomic on POSIX: the old snapshot or the new one, never a mix
+
+
+def _read_snapshot(path):
+    """(snapshot, None), or (None, one line saying what is wrong with the file)."""
+    advice = 'Move it away, or pass another --snapshot path.'
+    if not zipfile.is_zipfile(path):  # torch.save writes a zip archive
+        return None, f'--snapshot {path} is damaged or not a PyTorch file. {advice}'
+    try:
+        snapshot = torch.load(path, map_location='cpu', weights_only=True)
+    except Exception:  # weights_only refuses arbitrary objects; a cut file fails too
+        return None, (f'--snapshot {path} holds more than tensors and numbers, or is '
+                      f'damaged: it is not a snapshot of this script. {advice}')
+    if not isinstance(snapshot, dict) or not {'model', 'optimizer', 'epoch'} <= set(snapshot):
+        return None, f'--snapshot {path} is not a snapshot of this script. {advice}'
+    return snapshot, None
+
+
+def load_snapshot(path):
+    """Rank 0 reads the snapshot (tensors, numbers, lists only) and shares it with all."""
+    snapshot, problem = None, None
+    if dist.get_rank() == 0 and path and Path(path).exists():
+        snapshot, problem = _read_snapshot(path)
+    box = [(snapshot, problem)]
+    dist.broadcast_object_list(box, src=0)  # also works when only node 0 has the file
+    snapshot, problem = box[0]
+    if problem:
+        raise SystemExit(problem if dist.get_rank() == 0 else 1)
+    return snapshot
+
+
+# --- Training ----------------------------------------------------------------------
+
+def setup():
+    """Join the process group with the backend and device that the book's policy picks."""
+    local_rank = int(os.environ['LOCAL_RANK'])  # which process on this machine
+    local_world_size = int(os.environ.get('LOCAL_WORLD_SIZE', 1))
+    backend, device, note = devices.process_device(local_rank, local_world_size)
+    if note and local_rank == 0:
+        print(note, flush=True)
+    if device.type == 'cuda':
+        torch.cuda.set_device(device)
+        dist.init_process_group(backend, device_id=device)
+    else:
+        dist.init_process_group(backend)
+    return device
+
+
+def read_data(num_train, num_test):
+    """Training and test tensors; this machine's local rank 0 downloads them if need be."""
+    if int(os.environ['LOCAL_RANK']) != 0:
+        dist.barrier()  # wait until local rank 0 has the files
+    X, y = data.read_fashion_mnist(True)
+    X_test, y_test = data.read_fashion_mnist(False)
+    if int(os.environ['LOCAL_RANK']) == 0:
+        dist.barrier()
+    return X[:num_train], y[:num_train], X_test[:num_test], y_test[:num_test]
+
+
+def train(args):
+    device = setup()
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    log = (lambda *a: print(*a, flush=True)) if rank == 0 else (lambda *a: None)
+    if args.batch_size % world_size:
+        raise SystemExit(f'--batch-size {args.batch_size} does not split evenly over '
+                         f'{world_size} processes: use a multiple of {world_size}.')
+    X, y, X_test, y_test = read_data(args.num_train, args.num_test)
+    X_test, y_test = X_test.to(device), y_test.to(device)  # once, for every evaluation
+    loader, sampler = shard_loader(X, y, args.batch_size // world_size, device, args.seed)
+
+    model = build_model(args.model, args.seed).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    history = {'accuracies': [], 'epoch_seconds': []}
+    snapshot, start_epoch = load_snapshot(args.snapshot), 0
+    if snapshot is not None:
+        model.load_state_dict(snapshot['model'])
+        optimizer.load_state_dict(snapshot['optimizer'])
+        start_epoch = snapshot['epoch']
+        history = {key: snapshot[key] for key in history}
+        log(f'resumed from the snapshot taken after epoch {start_epoch}')
+    ddp_model = DDP(model, device_ids=[device.index] if device.type == 'cuda' else None)
+    loss_fn = nn.CrossEntropyLoss()  # mean over this shard; DDP averages over processes
+
+    for epoch in range(start_epoch, args.epochs):
+        sampler.set_epoch(epoch)  # a new shuffle each epoch, the same in every process
+        devices.synchronize([device])
+        start = time.perf_counter()
+        for X_batch, y_batch in loader:
+            X_batch = X_batch.to(device, non_blocking=True)
+            y_batch = y_batch.to(device, non_blocking=True)
+            optimizer.zero_grad()
+            loss_fn(ddp_model(X_batch), y_batch).backward()  # backward also all-reduces
+            optimizer.step()
+        devices.synchronize([device])
+        history['epoch_seconds'].append(time.perf_counter() - start)
+        if rank == 0:  # one replica is enough to evaluate: they are identical
+            history['accuracies'].append(evaluate(model, X_test, y_test))
+            log(f'epoch {epoch + 1}: test accuracy {history["accuracies"][-1]:.3f}, '
+                f'{history["epoch_seconds"][-1]:.1f} s')
+            if args.snapshot:
+                save_snapshot(args.snapshot, model, optimizer, epoch + 1, history)
+    report(args, history, start_epoch, device, len(X))
+
+
+def report(args, history, start_epoch, device, num_examples):
+    """Rank 0 prints a summary line and writes it as JSON to --result."""
+    world_size = dist.get_world_size()
+    devices_used = [None] * world_size
+    dist.all_gather_object(devices_used, str(device))
+    if dist.get_rank() != 0:
+        return
+    epochs_run = list(range(start_epoch + 1, args.epochs + 1))
+    timed = history['epoch_seconds'][-len(epochs_run):] or history['epoch_seconds']
+    seconds = sum(timed) / max(len(timed), 1)  # this job's epochs, not a snapshot's
+    record = {'num_devices': world_size, 'devices': devices_used,
+              'batch_size': args.batch_size, 'lr': args.lr, 'num_epochs': args.epochs,
+              'accuracies': history['accuracies'], 'seconds_per_epoch': seconds,
+              'examples_per_second': num_examples / seconds if seconds else None,
+              'model': args.model, 'backend': dist.get_backend(),
+              'restarts': int(os.environ.get('TORCHELASTIC_RESTART_COUNT', 0)),
+              'resumed_after_epoch': start_epoch, 'epochs_run': epochs_run}
+    if history['accuracies']:
+        print(f'test accuracy {history["accuracies"][-1]:.2f}, {seconds:.1f} s/epoch, '
+              f'{world_size} process(es) on {sorted(set(devices_used))}', flush=True)
+    if args.result:
+        save_json(args.result, record)
+
+
+# --- Command line ------------------------------------------------------------------
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(prog='torchrun ... -m data_parallel.train_ddp',
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument('--model', choices=['lenet', 'resnet18'], default='lenet')
+    parser.add_argument('--epochs', type=at_least(1, int), default=10)
+    parser.add_argument('--batch-size', type=at_least(1, int), default=256,
+                        help='global minibatch, split evenly over all processes')
+    parser.add_argument('--lr', type=positive_float, default=0.2)
+    parser.add_argument('--seed', type=at_least(0, int), default=0)
+    parser.add_argument('--num-train', type=at_least(1, int), default=None,
+                        help='train on the first N examples only (quick runs)')
+    parser.add_argument('--num-test', type=at_least(1, int), default=None,
+                        help='evaluate on the first N test examples only')
+    parser.add_argument('--snapshot', default=None,
+                        help='snapshot file: saved after every epoch, resumed from')
+    parser.add_argument('--result', default=None, help='JSON summary written by rank 0')
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if 'LOCAL_RANK' not in os.environ:
+        sys.exit('Start this module with torchrun, for example: torchrun --standalone '
+                 '--nproc-per-node=2 -m data_parallel.train_ddp')
+    try:
+        train(args)
+    except data.DataUnavailableError as error:
+        sys.exit(str(error) if int(os.environ['LOCAL_RANK']) == 0 else 1)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+if __name__ == '__main__':
+    main()
