@@ -24,6 +24,6 @@ from .figures import (plot_accuracy, plot_allreduce, plot_data_parallel_steps,
 from .paths import DATA_ENV, data_root, repo_root, results_dir, work_dir
 from .performance import (FlatParams, allreduce_seconds, forward_backward,
                           ring_allreduce, star_allreduce, step_seconds, train_batch_flat)
-from .results import load_result, save_result
+from .results import glue, load_result, save_result
 from .scratch import (allreduce, evaluate_accuracy, get_params, init_lenet_params,
                       lenet, loss, sgd, split_batch, train, train_batch)

@@ -5,6 +5,7 @@ them through ``launch``, which kills every process a job started when it ends.
 """
 import contextlib
 import os
+import re
 import shlex
 import signal
 import socket
@@ -26,14 +27,18 @@ def free_port():
         return s.getsockname()[1]
 
 
-def torchrun_command(module_args=(), nproc=2, max_restarts=0, module=TRAINER):
-    """(environment, argv) for torchrun on this machine; --standalone finds a free port."""
+def torchrun_command(module_args=(), nproc=2, max_restarts=0, module=TRAINER, script=None):
+    """(environment, argv) for torchrun on this machine; --standalone finds a free port.
+
+    torchrun starts `python -m module`, or the file `script` when one is given.
+    """
     # Restarted workers must not reuse the previous attempt's rendezvous store, whose
     # stale addresses make them connect to dead peers (pytorch/pytorch#135712).
     env = {'TORCH_DISABLE_SHARE_RDZV_TCP_STORE': '1'} if max_restarts else {}
     restarts = [f'--max-restarts={max_restarts}'] if max_restarts else []
     argv = [sys.executable, '-m', 'torch.distributed.run', '--standalone',
-            f'--nproc-per-node={nproc}', *restarts, '-m', module, *map(str, module_args)]
+            f'--nproc-per-node={nproc}', *restarts,
+            *([str(script)] if script else ['-m', module]), *map(str, module_args)]
     return env, argv
 
 
@@ -59,6 +64,19 @@ def show_command(env, argv, width=88):
         else:
             line = f'{line} {word}' if line else word
     return '\n'.join(lines + [line])
+
+
+_LAUNCHER_REPORT = re.compile(r'^(Traceback|[EWI]\d{4} \d\d:\d\d)')
+_LAUNCHER_BANNER = ('*****', 'Setting OMP_NUM_THREADS')  # torchrun's note on threads
+
+
+def _what_the_workers_said(out, err, lines=15):
+    """The end of a failed job's output, without torchrun's own report that follows."""
+    err = err.splitlines()
+    end = next((i for i, line in enumerate(err) if _LAUNCHER_REPORT.match(line)), len(err))
+    said = [line for line in out.splitlines() + err[:end]
+            if line.strip() and not line.startswith(_LAUNCHER_BANNER)]
+    return '\n'.join(said[-lines:])
 
 
 def launch(*commands, env=None, timeout=900):
@@ -98,6 +116,6 @@ def launch(*commands, env=None, timeout=900):
             out.close(), err.close()
     for p, (out, err) in zip(procs, outputs):
         if p.returncode != 0:
-            tail = '\n'.join((out + err).strip().splitlines()[-15:])
-            raise RuntimeError(f'torchrun exited with code {p.returncode}:\n{tail}')
+            raise RuntimeError(f'torchrun exited with code {p.returncode}:\n'
+                               + _what_the_workers_said(out, err))
     return [out for out, _ in outputs]

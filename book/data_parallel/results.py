@@ -24,3 +24,12 @@ def load_result(name):
     """The summary saved under name, or None when no chapter has produced it yet."""
     path = results_dir() / f'{name}.json'
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def glue(name, value):
+    """Hand a value a cell measured to the page's text ({glue:text}`name`), via myst-nb."""
+    try:
+        from myst_nb import glue as myst_glue
+    except ImportError:  # run outside the book's tools (Colab, a download): nothing to do
+        return
+    myst_glue(name, value, display=False)

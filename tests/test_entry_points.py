@@ -1,0 +1,146 @@
+"""Bad input at every entry point gets one clear line that says what to do.
+
+No traceback from inside a library, no hang, and nothing on disk changed: the DDP
+program's flags and snapshot file, the data files, the other programs' flags, and the
+helper package's public functions.
+"""
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import data_parallel as dp
+from data_parallel import faults, launch, train_ddp
+
+ROOT = dp.repo_root()
+
+
+def one_error_line(result):
+    """The last line of stderr, after checking that nothing else was said but usage."""
+    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
+    assert 'Traceback' not in result.stderr, result.stderr
+    return lines[-1]
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--epochs', '0'], 'argument --epochs: 0 is too small: use at least 1'),
+    (['--epochs', '-1'], 'argument --epochs: -1 is too small'),
+    (['--epochs', 'ten'], "argument --epochs: 'ten' is not a whole number"),
+    (['--batch-size', '0'], 'argument --batch-size: 0 is too small'),
+    (['--lr', '-1'], 'argument --lr: -1: use a finite number greater than 0'),
+    (['--lr', '0'], 'argument --lr: 0: use a finite number greater than 0'),
+    (['--lr', 'nan'], 'argument --lr: nan: use a finite number greater than 0'),
+    (['--lr', 'inf'], 'argument --lr: inf: use a finite number greater than 0'),
+    (['--num-train', '0'], 'argument --num-train: 0 is too small'),
+    (['--model', 'vgg'], "argument --model: invalid choice: 'vgg'"),
+])
+def test_ddp_flags_are_checked_before_any_work(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        train_ddp.parse_args(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_failure_flag_is_checked(capsys):
+    with pytest.raises(SystemExit):
+        faults.main(['--fail-in-epoch', '0'])
+    assert 'argument --fail-in-epoch: 0 is too small' in capsys.readouterr().err
+
+
+def garbage(path):
+    path.write_bytes(b'not a snapshot at all')
+
+
+def foreign_object(path):
+    torch.save({'model': torch.nn.Linear(2, 2)}, path)  # a whole module: not weights only
+
+
+def wrong_keys(path):
+    torch.save({'weights': torch.zeros(3)}, path)
+
+
+def truncated(path):
+    model = train_ddp.LeNet()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train_ddp.save_snapshot(path, model, optimizer, 1, {'accuracies': [], 'epoch_seconds': []})
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) // 2])
+
+
+@pytest.mark.parametrize('damage', [garbage, foreign_object, wrong_keys, truncated])
+def test_a_damaged_snapshot_gets_one_line_and_stays_as_it_is(tmp_path, damage):
+    path = tmp_path / 'snapshot.pt'
+    damage(path)
+    before = path.read_bytes()
+    snapshot, problem = train_ddp._read_snapshot(path)
+    assert snapshot is None and str(path) in problem and '\n' not in problem
+    assert 'weights_only' not in problem  # no advice to load untrusted pickles
+    assert 'Move it away, or pass another --snapshot path.' in problem
+    assert path.read_bytes() == before
+
+
+def test_torchrun_job_with_a_damaged_snapshot_stops_with_that_line(tmp_path, fashion_root):
+    path = tmp_path / 'snapshot.pt'
+    garbage(path)
+    command = launch.torchrun_command(['--snapshot', path, '--num-train', 256], nproc=2)
+    with pytest.raises(RuntimeError) as error:
+        launch.launch(command, env={'CUDA_VISIBLE_DEVICES': ''}, timeout=120)
+    assert f'--snapshot {path} is damaged or not a PyTorch file.' in str(error.value)
+    assert path.read_bytes() == b'not a snapshot at all'
+
+
+def test_a_truncated_data_file_is_named(tmp_path, fashion_root):
+    raw = tmp_path / 'FashionMNIST' / 'raw'
+    shutil.copytree(fashion_root / 'FashionMNIST' / 'raw', raw)
+    images = raw / 'train-images-idx3-ubyte'
+    images.chmod(0o644)
+    with open(images, 'r+b') as f:
+        f.truncate(1_000_000)
+    with pytest.raises(dp.DataUnavailableError) as error:
+        dp.read_fashion_mnist(True, root=tmp_path)
+    message = str(error.value)
+    assert str(images) in message and '1,000,000 bytes instead of 47,040,016' in message
+    assert 'download' not in message.split('.')[0]  # it says damaged, not "download failed"
+    assert images.stat().st_size == 1_000_000  # nothing was replaced behind our back
+    X_test, _ = dp.read_fashion_mnist(False, root=tmp_path)  # the intact files still load
+    assert X_test.shape == (10_000, 1, 28, 28)
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['-m', 'data_parallel.perf_workers', 'allreduce', '--mb', '-1'],
+     'argument --mb: -1: use a finite number greater than 0'),
+    (['-m', 'data_parallel.perf_workers', 'train', '--steps', '0'],
+     'argument --steps: 0 is too small'),
+    (['-m', 'data_parallel.perf_workers', 'train', '--impls', 'magic'],
+     "invalid choice: 'magic'"),
+    ([str(ROOT / 'scripts' / 'benchmark.py'), '--batches', '0'],
+     'argument --batches: 0 is too small'),
+    ([str(ROOT / 'scripts' / 'benchmark.py'), '--repeats', 'many'],
+     "argument --repeats: 'many' is not a whole number"),
+    ([str(ROOT / 'scripts' / 'execute_notebooks.py'), 'book/99_missing.ipynb'],
+     'book/99_missing.ipynb: no such notebook'),
+    ([str(ROOT / 'scripts' / 'execute_notebooks.py')],
+     'usage: execute_notebooks.py NOTEBOOK.ipynb [...]'),
+    (['-m', 'data_parallel.train_ddp'], 'Start this module with torchrun'),
+])
+def test_programs_answer_bad_flags_with_one_line(argv, message):
+    result = subprocess.run([sys.executable, *argv], capture_output=True, text=True,
+                            timeout=120, cwd=ROOT)
+    assert result.returncode != 0
+    assert message in one_error_line(result)
+
+
+@pytest.mark.parametrize('call, message', [
+    (lambda: dp.load_fashion_mnist(0), 'batch_size=0: use a whole number, at least 1'),
+    (lambda: dp.load_fashion_mnist(2.5), 'batch_size=2.5'),
+    (lambda: dp.load_fashion_mnist(64, num_train=0), 'num_train=0'),
+    (lambda: dp.read_fashion_mnist('yes'), "train='yes': pass True"),
+    (lambda: dp.TensorBatches(torch.zeros(3), torch.zeros(2), 1, shuffle=False),
+     'X holds 3 examples but y holds 2 labels'),
+    (lambda: dp.get_devices(True), 'whole number'),
+])
+def test_helper_functions_check_their_arguments(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
