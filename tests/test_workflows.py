@@ -1,7 +1,22 @@
-"""The GitHub Actions workflows parse and keep their promises (triggers, permissions)."""
+"""The GitHub Actions workflows parse and keep their promises (triggers, permissions).
+
+The GPU workflow's promises are checks (check_*) on the parsed YAML; each one is also
+run against a copy of the YAML broken on purpose (MUTATIONS), where it must fail. Two
+checks run the workflow's own shell and Python steps: the one that puts the venv and
+data outside the workspace (in a temporary HOME), and the CUDA check (with the GPU
+simulated, and for real on this machine).
+"""
+import contextlib
+import copy
+import io
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 import data_parallel as dp
@@ -17,7 +32,8 @@ def load(name):
 
 
 def all_run_lines(doc):
-    return [step.get('run', '') for job in doc['jobs'].values() for step in job.get('steps', [])]
+    return [step.get('run', '') for job in doc['jobs'].values()
+            for step in job.get('steps', [])]
 
 
 @pytest.mark.parametrize('name', ['ci.yml', 'gpu.yml'])
@@ -47,5 +63,251 @@ def test_gpu_workflow_never_runs_untrusted_code():
     assert doc['on']['push']['branches'] == ['main']
     job, = doc['jobs'].values()
     assert 'self-hosted' in job['runs-on'] and 'gpu' in job['runs-on']
-    runs = all_run_lines(doc)
-    assert runs.index('nvidia-smi') < runs.index('make test')
+
+
+# --- The GPU workflow's checks -------------------------------------------------------
+
+def steps(doc):
+    job, = doc['jobs'].values()
+    return job['steps']
+
+
+def index(doc, predicate, what):
+    """Position of the first step for which predicate(step) holds."""
+    found = [i for i, step in enumerate(steps(doc)) if predicate(step)]
+    assert found, f'gpu.yml has no step that {what}'
+    return found[0]
+
+
+def runs(command):
+    """Predicate: the step's shell command starts with command (e.g. 'make test')."""
+    return lambda step: re.match(rf'{re.escape(command)}(\s|$)', step.get('run', ''))
+
+
+def cuda_step_index(doc):
+    return index(doc, lambda s: 'torch.cuda.is_available()' in s.get('run', ''),
+                 'checks torch.cuda.is_available()')
+
+
+def check_setup_python(doc, **_):
+    """setup-python gives a known Python, before anything builds the venv."""
+    i = index(doc, lambda s: s.get('uses', '').startswith('actions/setup-python@'),
+              'uses actions/setup-python')
+    assert steps(doc)[i].get('with', {}).get('python-version')
+    first_make = index(doc, lambda s: 'make ' in s.get('run', ''), 'runs make')
+    assert i < first_make
+
+
+def run_paths_step(doc, tmp_path):
+    """Run the step that exports MULTIGPU_DATA, in a fake HOME; what it exports."""
+    i = index(doc, lambda s: 'MULTIGPU_DATA=' in s.get('run', '')
+              and 'GITHUB_ENV' in s.get('run', ''), 'exports MULTIGPU_DATA')
+    step = steps(doc)[i]
+    home, workspace, env_file = tmp_path / 'home', tmp_path / 'ws', tmp_path / 'env'
+    workspace.mkdir(exist_ok=True)
+    env_file.write_text('')
+    expressions = {k: '3.11.9' for k, v in step.get('env', {}).items() if '${{' in v}
+    env = {'PATH': os.environ['PATH'], 'HOME': str(home), 'GITHUB_ENV': str(env_file),
+           'GITHUB_WORKSPACE': str(workspace), **step.get('env', {}), **expressions}
+    subprocess.run(['bash', '--noprofile', '--norc', '-eo', 'pipefail', '-c',
+                    step['run']], env=env, cwd=workspace, check=True, timeout=30)
+    exported = dict(line.split('=', 1) for line in env_file.read_text().splitlines())
+    return exported, workspace
+
+
+def check_venv_and_data_outside_the_workspace(doc, tmp_path, **_):
+    """MULTIGPU_DATA and the venv live where actions/checkout's clean cannot reach."""
+    checkout = index(doc, lambda s: s.get('uses', '').startswith('actions/checkout@'),
+                     'checks out the repository')
+    assert steps(doc)[checkout].get('with', {}).get('clean', True) is not False, \
+        'clean: false would keep stale results/ between runs'
+    exported, workspace = run_paths_step(doc, tmp_path)
+    assert {'MULTIGPU_DATA', 'BOOK_VENV'} <= set(exported), exported
+    for name in ('MULTIGPU_DATA', 'BOOK_VENV'):
+        path = Path(exported[name])
+        assert path.is_absolute() and workspace not in path.parents, (name, path)
+    assert Path(exported['MULTIGPU_DATA']).is_dir()
+    assert '3.11.9' in exported['BOOK_VENV']  # one venv per Python version
+
+
+def check_make_uses_the_outside_venv(doc, **_):
+    """Every make gets VENV=$BOOK_VENV, else it would build .venv in the workspace."""
+    makes = [s['run'] for s in steps(doc) if s.get('run', '').startswith('make ')]
+    assert makes and all('VENV="$BOOK_VENV"' in run for run in makes), makes
+
+
+def cuda_code(doc):
+    """The Python program that the CUDA step feeds to the venv's interpreter."""
+    run = steps(doc)[cuda_step_index(doc)]['run']
+    assert '"$BOOK_VENV/bin/python" -' in run  # the venv's torch, not another one
+    match = re.search(r"<<'(\w+)'\n(.*?)\n\1\s*$", run, re.DOTALL | re.MULTILINE)
+    assert match, 'the CUDA step holds no quoted heredoc'
+    return match.group(2)
+
+
+def run_cuda_code(code, monkeypatch, available, broken_device=None):
+    """Run the CUDA step's code, 2 GPUs simulated; (exit message or None, stdout)."""
+    real_ones = torch.ones
+
+    def ones(*args, device=None, **kwargs):
+        if broken_device is not None and device == broken_device:
+            raise RuntimeError('CUDA error: no kernel image is available')
+        return real_ones(*args, **kwargs)
+    with monkeypatch.context() as m:
+        m.setattr(torch.cuda, 'is_available', lambda: available)
+        m.setattr(torch.cuda, 'device_count', lambda: 2 if available else 0)
+        m.setattr(torch.cuda, 'get_device_name', lambda i: f'Fake GPU {i}')
+        m.setattr(torch.cuda, 'get_device_capability', lambda i: (9, 0))
+        m.setattr(torch.cuda, 'get_arch_list', lambda: ['sm_90'])
+        m.setattr(torch.version, 'cuda', '13.0')
+        m.setattr(torch, 'ones', ones)
+        out = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out):
+                exec(compile(code, 'gpu.yml', 'exec'), {'__name__': '__main__'})
+        except SystemExit as stop:
+            return str(stop.code), out.getvalue()
+    return None, out.getvalue()
+
+
+def check_cuda_step(doc, monkeypatch, **_):
+    """It prints torch.version.cuda and every GPU's capability; it fails without CUDA
+    and on a GPU that cannot run a kernel of this build."""
+    code = cuda_code(doc)
+    stop, out = run_cuda_code(code, monkeypatch, available=True)
+    assert stop is None, stop
+    assert 'CUDA 13.0' in out
+    for i in range(2):
+        assert f'cuda:{i}: Fake GPU {i}, compute capability 9.0' in out
+    stop, out = run_cuda_code(code, monkeypatch, available=False)
+    assert stop and 'is_available() is False' in stop and 'driver' in stop
+    stop, out = run_cuda_code(code, monkeypatch, available=True, broken_device='cuda:1')
+    assert stop and stop.startswith('cuda:1 (Fake GPU 1, 9.0) cannot run')
+
+
+def check_order(doc, **_):
+    """nvidia-smi, venv, CUDA check, then the GPU check and the tests, never without
+    CUDA."""
+    smi = index(doc, runs('nvidia-smi'), 'runs nvidia-smi')
+    venv = index(doc, lambda s: '.installed' in s.get('run', ''), 'builds the venv')
+    cuda = cuda_step_index(doc)
+    gpu_check = index(doc, runs('make gpu-check'), 'runs make gpu-check')
+    test = index(doc, runs('make test'), 'runs make test')
+    assert smi < cuda and venv < cuda < gpu_check and cuda < test
+    cuda_id = steps(doc)[cuda].get('id')
+    for i in (gpu_check, test):
+        condition = str(steps(doc)[i].get('if', 'success()'))
+        assert 'always()' not in condition
+        assert not steps(doc)[i].get('continue-on-error')
+        assert condition == 'success()' or f"steps.{cuda_id}.outcome == 'success'" \
+            in condition, condition
+
+
+def check_timeouts(doc, **_):
+    """A time limit on the job and on every step, so a hang cannot hold the runner."""
+    job, = doc['jobs'].values()
+    assert job.get('timeout-minutes', 0) > 0
+    for step in job['steps']:
+        limit = step.get('timeout-minutes')
+        assert isinstance(limit, int) and limit > 0, step.get('name', step)
+
+
+def check_runs_tests_and_gpu_check(doc, **_):
+    for command in ('make test', 'make gpu-check'):
+        index(doc, runs(command), f'runs {command}')
+
+
+CHECKS = [check_setup_python, check_venv_and_data_outside_the_workspace,
+          check_make_uses_the_outside_venv, check_cuda_step, check_order,
+          check_timeouts, check_runs_tests_and_gpu_check]
+
+
+@pytest.mark.parametrize('check', CHECKS, ids=lambda c: c.__name__[len('check_'):])
+def test_gpu_workflow(check, tmp_path, monkeypatch):
+    check(load('gpu.yml'), tmp_path=tmp_path, monkeypatch=monkeypatch)
+
+
+# --- The same checks on copies broken on purpose -------------------------------------
+
+def drop(predicate):
+    """Mutation: remove the steps for which predicate(step) holds."""
+    def mutate(doc):
+        job, = doc['jobs'].values()
+        job['steps'] = [s for s in job['steps'] if not predicate(s)]
+    return mutate
+
+
+def edit_run(needle, old, new):
+    """Mutation: replace old by new in the run text of the first step holding needle."""
+    def mutate(doc):
+        step = next(s for s in steps(doc) if needle in s.get('run', ''))
+        assert old in step['run'], old
+        step['run'] = step['run'].replace(old, new)
+    return mutate
+
+
+def move_cuda_step_last(doc):
+    job, = doc['jobs'].values()
+    job['steps'].append(job['steps'].pop(cuda_step_index(doc)))
+
+
+def make_test_unconditional(doc):
+    steps(doc)[index(doc, runs('make test'), 'runs make test')]['if'] = 'always()'
+
+
+def no_clean(doc):
+    steps(doc)[0].setdefault('with', {})['clean'] = False
+
+
+def one_step_without_timeout(doc):
+    steps(doc)[-1].pop('timeout-minutes')
+
+
+MUTATIONS = {
+    'no setup-python': (check_setup_python,
+                        drop(lambda s: 'setup-python' in s.get('uses', ''))),
+    'data in the workspace': (check_venv_and_data_outside_the_workspace, edit_run(
+        'MULTIGPU_DATA=', '${XDG_CACHE_HOME:-$HOME/.cache}', '$GITHUB_WORKSPACE')),
+    'no MULTIGPU_DATA': (check_venv_and_data_outside_the_workspace, edit_run(
+        'MULTIGPU_DATA=', 'echo "MULTIGPU_DATA=', 'echo "DATA=')),
+    'checkout without clean': (check_venv_and_data_outside_the_workspace, no_clean),
+    'make test builds .venv': (check_make_uses_the_outside_venv, edit_run(
+        'make test', ' VENV="$BOOK_VENV"', '')),
+    'CUDA check never fails': (check_cuda_step, edit_run(
+        'is_available', "    sys.exit('torch.cuda.is_available()",
+        "    print('torch.cuda.is_available()")),
+    'CUDA check runs no kernel': (check_cuda_step, edit_run(
+        'is_available', "torch.ones(1, device=f'cuda:{i}')", 'torch.ones(1)')),
+    'no compute capability': (check_cuda_step, edit_run(
+        'is_available', ', compute capability {major}.{minor}', '')),
+    'no torch.version.cuda': (check_cuda_step, edit_run(
+        'is_available', 'built for CUDA {torch.version.cuda}', 'built')),
+    'CUDA check after the tests': (check_order, move_cuda_step_last),
+    'tests run without CUDA': (check_order, make_test_unconditional),
+    'a step without a time limit': (check_timeouts, one_step_without_timeout),
+    'no gpu-check': (check_runs_tests_and_gpu_check, drop(runs('make gpu-check'))),
+    'no make test': (check_runs_tests_and_gpu_check, drop(runs('make test'))),
+}
+
+
+@pytest.mark.parametrize('name', MUTATIONS)
+def test_each_check_fails_on_a_broken_copy(name, tmp_path, monkeypatch):
+    check, mutate = MUTATIONS[name]
+    doc = load('gpu.yml')
+    mutate(doc)
+    with pytest.raises(AssertionError):
+        check(doc, tmp_path=tmp_path, monkeypatch=monkeypatch)
+
+
+def test_cuda_step_for_real_on_this_machine():
+    """Here, with the venv's torch: it fails without CUDA and passes with it."""
+    code = cuda_code(load('gpu.yml'))
+    result = subprocess.run([sys.executable, '-'], input=code, capture_output=True,
+                            text=True, timeout=120)
+    assert f'built for CUDA {torch.version.cuda}' in result.stdout
+    if torch.cuda.is_available():
+        assert result.returncode == 0, result.stderr
+        assert 'cuda:0: ' in result.stdout
+    else:
+        assert result.returncode == 1
+        assert result.stderr.strip().startswith('torch.cuda.is_available() is False')

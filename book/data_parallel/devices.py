@@ -8,7 +8,9 @@ The book's one policy when a job asks for more devices than the machine has GPUs
 - k processes on one machine (``torchrun``, DDP): NCCL needs one GPU per process, so
   with at least k GPUs process ``local_rank`` uses ``cuda:local_rank`` and NCCL;
   otherwise every process runs on the CPU with gloo, and local rank 0 prints one line
-  saying so. No job stops with a CUDA error for want of GPUs.
+  saying so. No job stops with a CUDA error for want of GPUs. Each machine decides for
+  itself, so the machines of one job need a GPU per process each (or all hide their GPUs
+  with CUDA_VISIBLE_DEVICES=), or they would choose different backends.
 """
 import os
 import time

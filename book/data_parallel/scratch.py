@@ -88,13 +88,13 @@ def train_batch(X, y, device_params, devices, lr):
 
 def evaluate_accuracy(net, data_iter, device):
     """Fraction of examples that net classifies correctly, computed on one device."""
-    correct, total = 0, 0
+    correct, total = torch.zeros((), dtype=torch.int64, device=device), 0
     with torch.no_grad():
         for X, y in data_iter:
             X, y = X.to(device), y.to(device)
-            correct += (net(X).argmax(dim=1) == y).sum().item()
+            correct += (net(X).argmax(dim=1) == y).sum()  # on the device: no wait per batch
             total += y.numel()
-    return correct / total
+    return correct.item() / total
 
 
 def train(num_devices, batch_size, lr, num_epochs=10, data=None, params=None):

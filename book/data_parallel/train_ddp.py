@@ -80,8 +80,9 @@ class Residual(nn.Module):
         self.bn1 = nn.BatchNorm2d(out_channels)
         self.conv2 = nn.Conv2d(out_channels, out_channels, 3, padding=1)
         self.bn2 = nn.BatchNorm2d(out_channels)
+        reshape = stride != 1 or in_channels != out_channels
         self.shortcut = (nn.Conv2d(in_channels, out_channels, 1, stride=stride)
-                         if stride != 1 or in_channels != out_channels else nn.Identity())
+                         if reshape else nn.Identity())
 
     def forward(self, X):
         Y = torch.relu(self.bn1(self.conv1(X)))
@@ -118,8 +119,8 @@ def shard_loader(X, y, per_process_batch, device, seed=0):
 
     The sampler shuffles all indices with seed + epoch (call set_epoch every epoch) and
     hands process r every world_size-th one, so the processes see disjoint shards whose
-    union at each step is one contiguous slice of the shuffled order. BatchSampler groups
-    the indices, and TensorDataset indexes the in-memory tensors with a whole batch at
+    union at each step is one contiguous slice of the shuffled order. BatchSampler
+    groups the indices, and TensorDataset indexes the in-memory tensors with a whole batch at
     once (no per-example collation). For a GPU the batches come in pinned memory, so
     that copying them to the device does not make the host wait.
     """
@@ -137,24 +138,35 @@ def evaluate(model, X, y, batch_size=1024):
     correct = torch.zeros((), dtype=torch.int64, device=X.device)
     with torch.no_grad():
         for i in range(0, len(X), batch_size):
-            correct += (model(X[i:i + batch_size]).argmax(dim=1) == y[i:i + batch_size]).sum()
+            scores = model(X[i:i + batch_size])
+            correct += (scores.argmax(dim=1) == y[i:i + batch_size]).sum()
     model.train()
     return correct.item() / len(X)  # the only wait for the device
 
 
 # --- Snapshots -----------------------------------------------------------------------
 
+def _to_cpu(obj):
+    """obj with every tensor in it (in dicts, lists, tuples) moved to the CPU."""
+    if isinstance(obj, torch.Tensor):
+        return obj.cpu()
+    if isinstance(obj, dict):
+        return {key: _to_cpu(value) for key, value in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_cpu(value) for value in obj)
+    return obj
+
+
 def save_snapshot(path, model, optimizer, epoch, history):
-    """Write model, optimiser, finished epochs and history as CPU tensors, atomically."""
+    """Write model, optimiser, epochs and history as CPU tensors, atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     snapshot = {'model': model.state_dict(), 'optimizer': optimizer.state_dict(),
                 'epoch': epoch, **history}
-    # CPU tensors load on any machine, with or without a GPU
-    snapshot = torch.utils._pytree.tree_map_only(torch.Tensor, torch.Tensor.cpu, snapshot)
+    snapshot = _to_cpu(snapshot)  # loads on any machine, with or without a GPU
     tmp = path.with_name(path.name + '.tmp')
     torch.save(snapshot, tmp)
-    os.replace(tmp, path)  # atomic on POSIX: the old snapshot or the new one, never a mix
+    os.replace(tmp, path)  # atomic on POSIX: the old snapshot or the new one, no mix
 
 
 def _read_snapshot(path):
@@ -167,13 +179,14 @@ def _read_snapshot(path):
     except Exception:  # weights_only refuses arbitrary objects; a cut file fails too
         return None, (f'--snapshot {path} holds more than tensors and numbers, or is '
                       f'damaged: it is not a snapshot of this script. {advice}')
-    if not isinstance(snapshot, dict) or not {'model', 'optimizer', 'epoch'} <= set(snapshot):
+    keys = {'model', 'optimizer', 'epoch'}
+    if not isinstance(snapshot, dict) or not keys <= set(snapshot):
         return None, f'--snapshot {path} is not a snapshot of this script. {advice}'
     return snapshot, None
 
 
 def load_snapshot(path):
-    """Rank 0 reads the snapshot (tensors, numbers, lists only) and shares it with all."""
+    """Rank 0 reads the snapshot (tensors, numbers, lists only) and shares it."""
     snapshot, problem = None, None
     if dist.get_rank() == 0 and path and Path(path).exists():
         snapshot, problem = _read_snapshot(path)
@@ -188,7 +201,7 @@ def load_snapshot(path):
 # --- Training ----------------------------------------------------------------------
 
 def setup():
-    """Join the process group with the backend and device that the book's policy picks."""
+    """Join the process group with the backend and device the book's policy picks."""
     local_rank = int(os.environ['LOCAL_RANK'])  # which process on this machine
     local_world_size = int(os.environ.get('LOCAL_WORLD_SIZE', 1))
     backend, device, note = devices.process_device(local_rank, local_world_size)
@@ -203,7 +216,7 @@ def setup():
 
 
 def read_data(num_train, num_test):
-    """Training and test tensors; this machine's local rank 0 downloads them if need be."""
+    """Training and test tensors; local rank 0 downloads them first if need be."""
     if int(os.environ['LOCAL_RANK']) != 0:
         dist.barrier()  # wait until local rank 0 has the files
     X, y = data.read_fashion_mnist(True)
@@ -222,7 +235,8 @@ def train(args):
                          f'{world_size} processes: use a multiple of {world_size}.')
     X, y, X_test, y_test = read_data(args.num_train, args.num_test)
     X_test, y_test = X_test.to(device), y_test.to(device)  # once, for every evaluation
-    loader, sampler = shard_loader(X, y, args.batch_size // world_size, device, args.seed)
+    per_process = args.batch_size // world_size
+    loader, sampler = shard_loader(X, y, per_process, device, args.seed)
 
     model = build_model(args.model, args.seed).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)

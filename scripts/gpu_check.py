@@ -1,0 +1,298 @@
+"""make gpu-check: the book's GPU paths in a few minutes, ending in one summary table.
+
+On a machine with at least one GPU it runs these steps, one after the other, each under
+its own time limit (about 9 minutes in all on one modern GPU):
+
+1. the unit tests, on CUDA (``pytest tests``);
+2. nbval over chapters 1-6 (their stored outputs, recomputed on this machine);
+3. chapter 7's DDP job: LeNet for 3 epochs, one process per GPU (NCCL);
+4. ResNet-18 for 2 epochs on one GPU (seconds per epoch);
+5. with 2 GPUs or more: the ring and star allreduce against dist.all_reduce under NCCL
+   (``perf_workers allreduce --mb 25``, one process per GPU), and its bus bandwidth.
+
+It prints one line per step as the step ends, then the summary table (GPU, CUDA,
+driver, compute capability, steps, figures), and exits 1 if a step failed. Without a
+GPU it says so in one line and exits 0 without running anything. From the repository's
+root, with MULTIGPU_DATA naming the folder that holds FashionMNIST/raw/:
+
+    make gpu-check          (or: .venv/bin/python scripts/gpu_check.py)
+"""
+import collections
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+import data_parallel as dp
+from data_parallel import launch, perf_workers
+
+ROOT = dp.repo_root()
+WIDTH = 88
+MIN_ACCURACY = 0.5  # chance is 0.1; the book's LeNet reaches 0.77 after 3 epochs on CPU
+TAIL_LINES = 20  # of a failed step's output, printed after the table
+
+Step = collections.namedtuple('Step', 'key title run timeout')
+Result = collections.namedtuple('Result', 'step ok seconds detail figures output')
+
+
+class StepFailed(Exception):
+    """A step did not do what it should; args: (one-line reason, output or '')."""
+
+
+# --- The machine ---------------------------------------------------------------------
+
+def gpu_count():
+    """GPUs that PyTorch can use here (0 when CUDA is unavailable)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def driver_version():
+    """The NVIDIA driver's version from nvidia-smi, or why it is not known."""
+    if not shutil.which('nvidia-smi'):
+        return 'unknown (no nvidia-smi)'
+    try:
+        out = subprocess.run(['nvidia-smi', '--query-gpu=driver_version',
+                              '--format=csv,noheader'], capture_output=True, text=True,
+                             timeout=30).stdout.split()
+    except (OSError, subprocess.TimeoutExpired):
+        out = []
+    return out[0] if out else 'unknown (nvidia-smi failed)'
+
+
+def gpu_info():
+    """What the summary says about the machine: GPUs, capability, versions."""
+    n = gpu_count()
+    names = collections.Counter(torch.cuda.get_device_name(i) for i in range(n))
+    caps = sorted({'%d.%d' % torch.cuda.get_device_capability(i) for i in range(n)})
+    return {'gpus': ', '.join(f'{c} x {name}' for name, c in names.items()),
+            'capability': ', '.join(caps), 'torch': torch.__version__,
+            'cuda': torch.version.cuda or 'none', 'driver': driver_version()}
+
+
+# --- Running one step -----------------------------------------------------------------
+
+def run_command(argv, timeout):
+    """Run argv in the repository; return its output, or raise StepFailed.
+
+    It runs in its own session, so that on a timeout every process it started (pytest,
+    the notebooks' kernels, their torchrun jobs) is killed with it.
+    """
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        raise StepFailed(f'ran past its {timeout} s limit', output) from None
+    if proc.returncode != 0:
+        raise StepFailed(f'exit code {proc.returncode}: {last_line(output)}', output)
+    return output
+
+
+def last_line(text):
+    """The last non-empty line of text (pytest's summary line, for one)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ''
+
+
+def run_step(step):
+    """Run one step under its time limit; a Result, whatever happens."""
+    start = time.perf_counter()
+    try:
+        detail, figures, output = step.run(step.timeout)
+        ok = True
+    except StepFailed as failure:
+        (detail, output), figures, ok = failure.args, {}, False
+    except Exception as error:  # a step must not stop the others
+        detail, figures, output, ok = f'{type(error).__name__}: {error}', {}, '', False
+    return Result(step, ok, time.perf_counter() - start, detail, figures, output)
+
+
+# --- The steps ---------------------------------------------------------------------
+
+def unit_tests(timeout):
+    """pytest tests (the browser check is collected only when asked for by path)."""
+    out = run_command([sys.executable, '-m', 'pytest', '-q', 'tests'], timeout)
+    return last_line(out), {}, out
+
+
+def notebooks(timeout):
+    """nbval over chapters 1-6, their outputs sanitised as in `make nbval`."""
+    chapters = sorted(glob.glob(str(ROOT / 'book' / '0[1-6]_*.ipynb')))
+    if len(chapters) != 6:
+        raise StepFailed(f'found {len(chapters)} of chapters 1-6 in book/', '')
+    out = run_command([sys.executable, '-m', 'pytest', '-q', '--nbval',
+                       '--nbval-current-env', '--nbval-sanitize-with',
+                       'tests/nbval_sanitize.cfg', *chapters], timeout)
+    return last_line(out), {}, out
+
+
+def ddp_job(args, nproc, timeout):
+    """Run train_ddp with torchrun; (its --result record, its stdout)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        result = Path(tmp) / 'result.json'
+        command = launch.torchrun_command([*args, '--result', result], nproc=nproc)
+        try:
+            out, = launch.launch(command, timeout=timeout)
+        except RuntimeError as error:  # launch says why, with the end of the output
+            raise StepFailed(str(error).splitlines()[0], str(error)) from None
+        return json.loads(result.read_text()), out
+
+
+def check_record(record, nproc, out):
+    """The job used NCCL with one GPU per process and learned something."""
+    devices = record['devices']
+    if record['backend'] != 'nccl' or len(set(devices)) != nproc \
+            or not all(d.startswith('cuda:') for d in devices):
+        raise StepFailed(f"ran on {record['backend']} / {sorted(set(devices))}, not "
+                         f'NCCL with one GPU per process', out)
+    accuracy = record['accuracies'][-1]
+    if not accuracy >= MIN_ACCURACY:
+        raise StepFailed(f'test accuracy {accuracy:.3f} < {MIN_ACCURACY}', out)
+    return accuracy
+
+
+def lenet_ddp(nproc):
+    """Chapter 7's job: LeNet, 3 epochs, global batch ~256, one process per GPU."""
+    batch = max(nproc, 256 // nproc * nproc)  # splits evenly over the processes
+
+    def run(timeout):
+        args = ['--epochs', 3, '--batch-size', batch, '--lr', 0.2]
+        record, out = ddp_job(args, nproc, timeout)
+        accuracy = check_record(record, nproc, out)
+        seconds = record['seconds_per_epoch']
+        detail = f'{nproc} process(es), NCCL, accuracy {accuracy:.3f}'
+        return detail, {'lenet_seconds_per_epoch': seconds}, out
+    return run
+
+
+def resnet18(timeout):
+    """ResNet-18, 2 epochs on one GPU, the chapter's batch and learning rate."""
+    args = ['--model', 'resnet18', '--epochs', 2, '--batch-size', 256, '--lr', 0.1]
+    record, out = ddp_job(args, 1, timeout)
+    accuracy = check_record(record, 1, out)
+    return (f'1 GPU, accuracy {accuracy:.3f}',
+            {'resnet18_seconds_per_epoch': record['seconds_per_epoch']}, out)
+
+
+def allreduce(nproc):
+    """Ring and star equal dist.all_reduce under NCCL; their bus bandwidth."""
+    def run(timeout):
+        try:
+            result = perf_workers.run(nproc, 'allreduce', '--mb', 25, timeout=timeout)
+        except RuntimeError as error:
+            raise StepFailed(str(error).splitlines()[0], str(error)) from None
+        if not result.get('checked') or result.get('backend') != 'nccl':
+            raise StepFailed(f"not checked under NCCL: {result.get('backend')}",
+                             json.dumps(result))
+        return (f'{nproc} GPUs, ring and star equal all_reduce',
+                {'busbw': result['busbw']}, json.dumps(result))
+    return run
+
+
+def steps_for(num_gpus):
+    """The steps for this machine, each with its time limit in seconds."""
+    steps = [Step('unit', 'unit tests on CUDA', unit_tests, 360),
+             Step('nbval', 'nbval, chapters 1-6', notebooks, 360),
+             Step('ddp', 'chapter 7 DDP, LeNet', lenet_ddp(num_gpus), 180),
+             Step('resnet18', 'ResNet-18, 2 epochs', resnet18, 300)]
+    if num_gpus >= 2:
+        steps.append(Step('allreduce', 'ring vs all_reduce', allreduce(num_gpus), 180))
+    return steps
+
+
+# --- Reporting ---------------------------------------------------------------------
+
+def fit(text, width):
+    """text cut to width characters (an ellipsis marks the cut)."""
+    return text if len(text) <= width else text[:width - 3] + '...'
+
+
+def step_line(result):
+    """The one line printed as a step ends."""
+    verdict = 'pass' if result.ok else 'FAIL'
+    head = f'{verdict}  {result.step.title:<22} {result.seconds:7.1f} s  '
+    return head + fit(result.detail, WIDTH - len(head))
+
+
+def figure(results, name, fmt):
+    """A figure that some step measured, formatted; or why there is none."""
+    for result in results:
+        if name in result.figures:
+            return fmt(result.figures[name])
+    return 'not measured'
+
+
+def bandwidth(busbw):
+    return ', '.join(f'{name} {value / 1e9:.1f} GB/s' for name, value in busbw.items())
+
+
+def summary(info, results, num_gpus):
+    """The summary table, as lines of at most WIDTH characters."""
+    rule = '-' * WIDTH
+    failed = [r for r in results if not r.ok]
+    rows = [rule, 'GPU check summary', rule,
+            f"{'GPUs':<24}{info['gpus']}",
+            f"{'compute capability':<24}{info['capability']}",
+            f"{'PyTorch / CUDA':<24}{info['torch']} / CUDA {info['cuda']}",
+            f"{'NVIDIA driver':<24}{info['driver']}", rule,
+            f"{'step':<28}{'result':<8}{'seconds':>8}  detail"]
+    for r in results:
+        head = f"{r.step.title:<28}{'pass' if r.ok else 'FAIL':<8}{r.seconds:8.1f}  "
+        rows.append(head + fit(r.detail, WIDTH - len(head)))
+    if num_gpus < 2:
+        rows.append(f"{'ring vs all_reduce':<28}{'skip':<8}{'':>8}  "
+                    'needs 2 GPUs or more')
+    rows += [rule,
+             f"{'LeNet DDP':<24}" + figure(results, 'lenet_seconds_per_epoch',
+                                           lambda s: f'{s:.2f} s/epoch'),
+             f"{'ResNet-18':<24}" + figure(results, 'resnet18_seconds_per_epoch',
+                                           lambda s: f'{s:.2f} s/epoch'),
+             f"{'allreduce bus bandwidth':<24}" + (
+                 figure(results, 'busbw', bandwidth) if num_gpus >= 2
+                 else 'needs 2 GPUs or more'),
+             rule,
+             (f'{len(failed)} of {len(results)} steps failed: '
+              + ', '.join(r.step.title for r in failed)) if failed
+             else f'all {len(results)} steps passed']
+    return [fit(row, WIDTH) for row in rows]
+
+
+def main(argv):
+    if argv in (['-h'], ['--help']):
+        print(__doc__)
+        return 0
+    if argv:
+        print(f'gpu_check.py takes no arguments (got {" ".join(argv)}): run it as '
+              '`make gpu-check`.', file=sys.stderr)
+        return 2
+    num_gpus = gpu_count()
+    if num_gpus == 0:
+        print('No GPU that PyTorch can use (torch.cuda.is_available() is False): '
+              'nothing to check.', flush=True)
+        return 0
+    info = gpu_info()
+    print(f"GPU check on {info['gpus']}, CUDA {info['cuda']}", flush=True)
+    results = []
+    for step in steps_for(num_gpus):
+        results.append(run_step(step))
+        print(step_line(results[-1]), flush=True)
+    print('\n'.join(summary(info, results, num_gpus)), flush=True)
+    for r in results:
+        if not r.ok and r.output:
+            tail = '\n'.join(r.output.rstrip().splitlines()[-TAIL_LINES:])
+            print(f'\n--- {r.step.title}: the end of its output ---\n{tail}')
+    return 1 if any(not r.ok for r in results) else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,127 @@
+"""The book's one device policy, with the GPU count simulated: no GPU is needed.
+
+``process_device`` (k processes, torchrun) and ``get_devices`` (one process, k devices)
+read the GPU count from ``torch.cuda.device_count``; ``train_ddp.setup`` must follow
+``process_device`` and never ask CUDA for a GPU that is not there.
+"""
+import pytest
+import torch
+
+import data_parallel as dp
+from data_parallel import train_ddp
+
+GPU_COUNTS = [0, 1, 2, 4, 8]
+PROCESS_COUNTS = [1, 2, 4, 8]
+
+
+@pytest.mark.parametrize('num_gpus', GPU_COUNTS)
+@pytest.mark.parametrize('nproc', PROCESS_COUNTS)
+def test_process_device_policy(nproc, num_gpus):
+    """NCCL and one GPU per process when there are enough; otherwise gloo on the CPU."""
+    picks = [dp.process_device(r, nproc, num_gpus=num_gpus) for r in range(nproc)]
+    backends = {backend for backend, _, _ in picks}
+    notes = {note for _, _, note in picks}
+    assert len(backends) == 1 and len(notes) == 1  # every process decides alike
+    if num_gpus >= nproc:
+        assert backends == {'nccl'} and notes == {None}
+        assert [device for _, device, _ in picks] == [
+            torch.device('cuda', r) for r in range(nproc)]  # distinct, all exist
+    else:
+        assert backends == {'gloo'}
+        assert all(device == torch.device('cpu') for _, device, _ in picks)
+        note, = notes
+        if num_gpus == 0:
+            assert note is None  # a CPU machine: nothing surprising to report
+        else:
+            assert f'Only {num_gpus} GPU(s) for {nproc} processes' in note
+            assert 'gloo' in note and '\n' not in note
+
+
+def test_process_device_reads_the_gpu_count_when_not_given(monkeypatch):
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: 2)
+    assert dp.process_device(1, 2) == ('nccl', torch.device('cuda', 1), None)
+    backend, device, note = dp.process_device(0, 4)
+    assert (backend, device) == ('gloo', torch.device('cpu'))
+    assert 'Only 2 GPU(s)' in note
+
+
+@pytest.mark.parametrize('num_gpus, k, expected, line', [
+    (0, 3, ['cpu', 'cpu', 'cpu'], 'No GPU: the CPU stands in for 3 device(s)'),
+    (0, None, ['cpu'], 'No GPU: the CPU stands in for 1 device(s)'),
+    (2, 3, ['cuda:0', 'cuda:1', 'cuda:0'],
+     'Only 2 GPU(s): they take turns as 3 devices'),
+    (1, 4, ['cuda:0'] * 4, 'Only 1 GPU(s): they take turns as 4 devices'),
+    (4, 2, ['cuda:0', 'cuda:1'], '2 device(s), one GPU each'),
+    (8, None, [f'cuda:{i}' for i in range(8)], '8 device(s), one GPU each'),
+])
+def test_get_devices_with_simulated_gpus(monkeypatch, capsys, num_gpus, k, expected,
+                                         line):
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: num_gpus)
+    devices = dp.get_devices(k)
+    assert devices == [torch.device(d) for d in expected]
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 1 and printed[0].startswith(line)
+    assert printed[0].endswith(', '.join(expected))
+
+
+def test_get_devices_quiet(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: 2)
+    assert dp.get_devices(2, verbose=False) == [torch.device('cuda', i) for i in (0, 1)]
+    assert capsys.readouterr().out == ''
+
+
+class Recorder:
+    """Stands in for a torch function and remembers how it was called."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+
+
+@pytest.fixture
+def fake_cuda_setup(monkeypatch):
+    """train_ddp.setup with a simulated GPU count and a recorded process group."""
+    init, set_device = Recorder(), Recorder()
+    monkeypatch.setattr(train_ddp.dist, 'init_process_group', init)
+    monkeypatch.setattr(torch.cuda, 'set_device', set_device)
+
+    def run(num_gpus, local_rank, local_world_size):
+        monkeypatch.setattr(torch.cuda, 'device_count', lambda: num_gpus)
+        monkeypatch.setenv('LOCAL_RANK', str(local_rank))
+        monkeypatch.setenv('LOCAL_WORLD_SIZE', str(local_world_size))
+        return train_ddp.setup()
+    return run, init, set_device
+
+
+@pytest.mark.parametrize('local_rank', [0, 1])
+def test_setup_with_fewer_gpus_than_processes_runs_gloo_on_the_cpu(
+        fake_cuda_setup, capsys, local_rank):
+    run, init, set_device = fake_cuda_setup
+    device = run(num_gpus=1, local_rank=local_rank, local_world_size=2)
+    assert device == torch.device('cpu')
+    assert init.calls == [(('gloo',), {})]  # no device_id: nothing binds to a GPU
+    assert set_device.calls == []  # cuda:1 does not exist: never ask for it
+    printed = capsys.readouterr().out.splitlines()
+    if local_rank == 0:  # one line per machine, from its local rank 0
+        assert printed == ['Only 1 GPU(s) for 2 processes on this machine: every '
+                           'process runs on the CPU with gloo.']
+    else:
+        assert printed == []
+
+
+def test_setup_with_a_gpu_per_process_binds_nccl_to_its_gpu(fake_cuda_setup, capsys):
+    run, init, set_device = fake_cuda_setup
+    device = run(num_gpus=2, local_rank=1, local_world_size=2)
+    assert device == torch.device('cuda', 1)
+    assert set_device.calls == [((torch.device('cuda', 1),), {})]
+    assert init.calls == [(('nccl',), {'device_id': torch.device('cuda', 1)})]
+    assert capsys.readouterr().out == ''
+
+
+def test_setup_on_a_cpu_machine_is_silent_gloo(fake_cuda_setup, capsys):
+    run, init, set_device = fake_cuda_setup
+    assert run(num_gpus=0, local_rank=0, local_world_size=4) == torch.device('cpu')
+    assert init.calls == [(('gloo',), {})] and set_device.calls == []
+    assert capsys.readouterr().out == ''

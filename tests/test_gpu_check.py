@@ -1,0 +1,172 @@
+"""scripts/gpu_check.py (make gpu-check) without a GPU: the GPU count and the step
+runner are simulated, so the control flow, the summary and the exit codes are tested
+here; the steps themselves only run on a GPU machine."""
+import importlib.util
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+import data_parallel as dp
+
+ROOT = dp.repo_root()
+INFO = {'gpus': '2 x NVIDIA H200', 'capability': '9.0', 'torch': '2.14.1+cu130',
+        'cuda': '13.0', 'driver': '580.95.05'}
+FIGURES = {'ddp': {'lenet_seconds_per_epoch': 1.234},
+           'resnet18': {'resnet18_seconds_per_epoch': 12.5},
+           'allreduce': {'busbw': {'star': 40e9, 'ring': 90.5e9, 'torch': 180.25e9}}}
+
+
+@pytest.fixture
+def gpu_check():
+    """The script as a module (scripts/ is not a package)."""
+    spec = importlib.util.spec_from_file_location('gpu_check',
+                                                  ROOT / 'scripts' / 'gpu_check.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def fake_runner(gpu_check, calls, failing=()):
+    """A run_step that records the steps and passes all but those named in failing."""
+    def run_step(step):
+        calls.append(step.key)
+        ok = step.key not in failing
+        detail = 'fine' if ok else 'exit code 1: 1 failed, 9 passed'
+        output = '' if ok else 'a traceback\nE   assert 1 == 2\n1 failed, 9 passed'
+        figures = FIGURES.get(step.key, {})
+        return gpu_check.Result(step, ok, 1.5, detail, figures, output)
+    return run_step
+
+
+def simulate(monkeypatch, gpu_check, num_gpus, failing=()):
+    """Pretend this machine has num_gpus GPUs; return the list of steps run."""
+    calls = []
+    monkeypatch.setattr(gpu_check, 'gpu_count', lambda: num_gpus)
+    monkeypatch.setattr(gpu_check, 'gpu_info', lambda: INFO)
+    monkeypatch.setattr(gpu_check, 'run_step', fake_runner(gpu_check, calls, failing))
+    return calls
+
+
+def test_without_a_gpu_it_says_so_and_runs_nothing(monkeypatch, capsys, gpu_check):
+    calls = simulate(monkeypatch, gpu_check, 0)
+    monkeypatch.setattr(gpu_check, 'gpu_info', lambda: pytest.fail('asked the GPU'))
+    assert gpu_check.main([]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and out[0].startswith('No GPU') and calls == []
+
+
+def test_the_real_cpu_machine_path(capsys, gpu_check):
+    """Here (no GPU) the unpatched script ends at once, as `make gpu-check` does."""
+    if gpu_check.gpu_count():
+        pytest.skip('this machine has a GPU')
+    assert gpu_check.main([]) == 0
+    assert capsys.readouterr().out.startswith('No GPU')
+
+
+def test_two_gpus_all_steps_pass(monkeypatch, capsys, gpu_check):
+    calls = simulate(monkeypatch, gpu_check, 2)
+    assert gpu_check.main([]) == 0
+    assert calls == ['unit', 'nbval', 'ddp', 'resnet18', 'allreduce']
+    lines = capsys.readouterr().out.splitlines()
+    step_lines = [line for line in lines if line.startswith(('pass', 'FAIL'))]
+    assert len(step_lines) == 5  # one line per step, printed as it ends
+    text = '\n'.join(lines)
+    for value in INFO.values():  # GPU model, capability, versions, driver
+        assert value in text
+    assert '1.23 s/epoch' in text and '12.50 s/epoch' in text
+    assert 'torch 180.2 GB/s' in text and 'ring 90.5 GB/s' in text
+    assert lines[-1] == 'all 5 steps passed'
+    assert all(len(line) <= 88 for line in lines)
+
+
+def test_one_gpu_skips_the_ring_check(monkeypatch, capsys, gpu_check):
+    calls = simulate(monkeypatch, gpu_check, 1)
+    assert gpu_check.main([]) == 0
+    assert calls == ['unit', 'nbval', 'ddp', 'resnet18']
+    text = capsys.readouterr().out
+    assert 'needs 2 GPUs or more' in text and 'all 4 steps passed' in text
+
+
+def test_a_failed_step_fails_the_check_and_shows_its_output(monkeypatch, capsys,
+                                                           gpu_check):
+    calls = simulate(monkeypatch, gpu_check, 4, failing={'nbval'})
+    assert gpu_check.main([]) == 1
+    assert calls == ['unit', 'nbval', 'ddp', 'resnet18', 'allreduce']  # all still run
+    out = capsys.readouterr().out
+    assert 'FAIL  nbval, chapters 1-6' in out
+    assert '1 of 5 steps failed: nbval, chapters 1-6' in out
+    assert out.rstrip().endswith('1 failed, 9 passed')  # the end of its output
+    assert 'E   assert 1 == 2' in out
+
+
+def test_summary_lines_fit_even_with_long_details(gpu_check):
+    step = gpu_check.Step('unit', 'unit tests on CUDA', None, 1)
+    result = gpu_check.Result(step, False, 12.0, 'x' * 300, {}, '')
+    lines = gpu_check.summary(INFO, [result], num_gpus=1)
+    assert all(len(line) <= 88 for line in lines)
+    assert any(line.endswith('...') for line in lines)
+    assert 'not measured' in '\n'.join(lines)  # no figure from a failed step
+    assert len(gpu_check.step_line(result)) <= 88
+
+
+@pytest.mark.parametrize('argv', [['--fast'], ['tests', 'book']])
+def test_arguments_are_refused_in_one_line(monkeypatch, capsys, gpu_check, argv):
+    calls = simulate(monkeypatch, gpu_check, 2)
+    assert gpu_check.main(argv) == 2 and calls == []
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1
+    assert 'takes no arguments' in err[0] and 'make gpu-check' in err[0]
+
+
+def test_run_step_turns_exceptions_into_failures(gpu_check):
+    def broken(timeout):
+        raise KeyError('accuracies')
+
+    def failing(timeout):
+        raise gpu_check.StepFailed('ran on gloo', 'the log')
+
+    def fine(timeout):
+        return 'ok', {'x': 1}, 'log'
+    results = [gpu_check.run_step(gpu_check.Step(k, k, fn, 5))
+               for k, fn in [('a', broken), ('b', failing), ('c', fine)]]
+    assert [r.ok for r in results] == [False, False, True]
+    assert results[0].detail == "KeyError: 'accuracies'"
+    assert (results[1].detail, results[1].output) == ('ran on gloo', 'the log')
+    assert results[2].figures == {'x': 1} and results[2].seconds >= 0
+
+
+def test_run_command_stops_at_its_time_limit(gpu_check):
+    start = time.monotonic()
+    with pytest.raises(gpu_check.StepFailed, match='ran past its 1 s limit'):
+        gpu_check.run_command([sys.executable, '-c', 'import time; time.sleep(60)'], 1)
+    assert time.monotonic() - start < 30
+
+
+def test_run_command_reports_the_exit_code_and_last_line(gpu_check):
+    code = 'print("1 failed, 3 passed"); raise SystemExit(1)'
+    with pytest.raises(gpu_check.StepFailed) as failure:
+        gpu_check.run_command([sys.executable, '-c', code], 60)
+    reason, output = failure.value.args
+    assert reason == 'exit code 1: 1 failed, 3 passed' and '3 passed' in output
+
+
+def test_ddp_record_must_be_nccl_on_distinct_gpus(gpu_check):
+    good = {'backend': 'nccl', 'devices': ['cuda:0', 'cuda:1'], 'accuracies': [0.7]}
+    assert gpu_check.check_record(good, 2, '') == 0.7
+    for bad in ({**good, 'backend': 'gloo', 'devices': ['cpu', 'cpu']},
+                {**good, 'backend': 'gloo'},
+                {**good, 'devices': ['cuda:0', 'cuda:0']},
+                {**good, 'accuracies': [0.1]}):
+        with pytest.raises(gpu_check.StepFailed):
+            gpu_check.check_record(bad, 2, '')
+
+
+@pytest.mark.skipif(not shutil.which('make'), reason='needs make')
+def test_make_target_runs_the_script_with_the_venv_python(tmp_path):
+    venv = tmp_path / 'venv'  # a venv path that does not exist: -n only prints
+    out = subprocess.run(['make', '-n', 'gpu-check', f'VENV={venv}'], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60).stdout
+    assert out.splitlines()[-1] == f'{venv}/bin/python scripts/gpu_check.py'
