@@ -1,0 +1,98 @@
+"""The book's checks catch the bugs it names: each planted in a copy, both must fail.
+
+For every mutation of tests/mutations.py, the unit tests of the mutated module AND the
+chapters' own checks (nbval on the cells that hold them) must fail, and the unmutated
+copy must pass the same runs (the control: without it a failure proves nothing). The
+slow part (minutes) runs only under `make mutations` (MULTIGPU_MUTATIONS=1), which
+prints which check caught which bug; the quick tests at the top (every mutation and
+cell selection still applies) always run.
+"""
+import json
+import os
+
+import pytest
+
+import mutations as mu
+
+SLOW = pytest.mark.skipif(not os.environ.get('MULTIGPU_MUTATIONS'),
+                          reason='takes minutes: run it with `make mutations`')
+UNIT = sorted({path for m in mu.MUTATIONS for path in m.unit})
+CHAPTERS = sorted({chapter for m in mu.MUTATIONS for chapter in m.chapters})
+
+
+def test_mutations_and_selections_still_apply():
+    notebooks = {p.name: json.loads(p.read_text())
+                 for p in (mu.ROOT / 'book').glob('[0-9][0-9]_*.ipynb')}
+    for chapter in CHAPTERS:
+        assert chapter in notebooks, f'{chapter} is gone: update tests/mutations.py'
+        assert mu.select_cells(notebooks[chapter]['cells'], mu.CHAPTER_CHECKS[chapter])
+    for mutation in mu.MUTATIONS:
+        module = mu.ROOT / 'book' / 'data_parallel' / mutation.module
+        text = module.read_text()
+        assert mu.mutate_text(text, mutation, module.name) != text  # raises if rotted
+        mu.mutate_chapters(json.loads(json.dumps(notebooks)), mutation)  # a deep copy
+
+
+def test_selection_rejects_a_needle_that_matches_nothing():
+    cells = [{'cell_type': 'code', 'metadata': {}, 'source': ['x = 1\n']}]
+    with pytest.raises(mu.HarnessError, match='update CHAPTER_CHECKS'):
+        mu.select_cells(cells, ['no such code'])
+    with pytest.raises(mu.HarnessError, match='no assert'):
+        mu.select_cells(cells, ['x = 1'])
+
+
+def show(config, lines):
+    """Write lines to the terminal now, past pytest's output capture."""
+    reporter = config.pluginmanager.get_plugin('terminalreporter')
+    capture = config.pluginmanager.get_plugin('capturemanager')
+    with capture.global_and_fixture_disabled():
+        for line in lines:
+            if reporter:
+                reporter.write_line(line)
+            else:
+                print(line)
+
+
+def rows(title, outcomes, expected_to_fail):
+    """The matrix lines of one run: a title, then one line per check."""
+    total = sum(o.seconds for o in outcomes)
+    return [f'  {title}  [{total:.0f} s]',
+            *(mu.describe(o, expected_to_fail) for o in outcomes)]
+
+
+@pytest.fixture(scope='module')
+def matrix(request):
+    """Collects every run's lines; prints the whole matrix once all have run."""
+    lines = []
+    yield lines
+    show(request.config, ['', 'mutation matrix (caught: that check failed on the '
+                          'mutated copy; s: seconds it took)', *lines])
+
+
+@pytest.fixture(scope='module')
+def control(tmp_path_factory, matrix, request):
+    """{place: outcome} of the unit tests and every chapter's selection, unmutated."""
+    outcomes = mu.run(tmp_path_factory.mktemp('control'), unit=UNIT, chapters=CHAPTERS)
+    matrix += rows('control: the unmutated copy', outcomes, False)
+    show(request.config, ['', *matrix[-len(outcomes) - 1:]])
+    return {o.place: o for o in outcomes}
+
+
+@SLOW
+def test_unmutated_copy_passes_every_check(control):
+    failed = [f'{o.place} ({", ".join(t for t, _ in o.failures[:3])})'
+              for o in control.values() if o.failed]
+    assert not failed, f'the unmutated copy fails: {"; ".join(failed)}'
+
+
+@SLOW
+@pytest.mark.parametrize('mutation', mu.MUTATIONS, ids=[m.name for m in mu.MUTATIONS])
+def test_mutation_is_caught(mutation, tmp_path, control, matrix, request):
+    outcomes = mu.run(tmp_path, mutation)
+    matrix += rows(f'{mutation.name}: {mutation.bug}', outcomes, True)
+    show(request.config, ['', *matrix[-len(outcomes) - 1:]])
+    # a check that fails without the mutation too proves nothing about it
+    problems = [f'not caught by the {o.place}' if not o.failed else
+                f'the {o.place} fail without it too' for o in outcomes
+                if not o.failed or control[o.place].failed]
+    assert not problems, f'{mutation.name} ({mutation.bug}): {"; ".join(problems)}'
