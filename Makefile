@@ -36,9 +36,11 @@ execute: $(STAMP)
 	$(PY) scripts/execute_notebooks.py book/[0-9]*.ipynb
 
 # JupyterLab prints the URL to open (with its token) once it listens; Ctrl-C stops it.
+# (Jupyter refuses to run as root without --allow-root: containers and CI run as root.)
 LAB_PORT ?= 8888
+LAB_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab --no-browser --port=$(LAB_PORT) --notebook-dir=book
+	$(VENV)/bin/jupyter lab --no-browser --port=$(LAB_PORT) --notebook-dir=book $(LAB_ROOT)
 
 clean:
 	rm -rf _build .pytest_cache book/.ipynb_checkpoints
@@ -95,3 +97,24 @@ logo:
 
 benchmark: $(STAMP)
 	$(PY) scripts/benchmark.py
+
+# ---- On a GPU machine (added target; not part of `make test`) ------------------------
+#   make gpu-check  unit tests and nbval (chapters 1-6) on CUDA, chapter 7's DDP job on
+#                   every GPU, ResNet-18 for 2 epochs, ring vs all_reduce (2+ GPUs); one
+#                   summary table, about 9 minutes on one GPU. No GPU: says so, exits 0.
+.PHONY: gpu-check
+
+gpu-check: $(STAMP)
+	$(PY) scripts/gpu_check.py
+
+# ---- The book's checks catch the bugs it names (added target; not in `make test`) ----
+#   make mutations  plant each bug the book names (get_params without a copy, d2l's
+#                   rebinding allreduce, split_batch dropping examples, dividing by the
+#                   shard size, a ring that skips a hop) in a copy of the package and the
+#                   chapters; the unit tests and the chapters' own checks must both fail
+#                   on each, and pass on the unmutated copy (tests/mutations.py). Prints
+#                   the matrix of what caught what; about 8 minutes on 2 CPU cores.
+.PHONY: mutations
+
+mutations: $(STAMP)
+	MULTIGPU_MUTATIONS=1 $(PY) -m pytest -v tests/test_mutations.py
