@@ -90,6 +90,11 @@ browser-check: book chromium
 logo:
 	$(PYTHON) scripts/make_logo.py book/logo.svg
 
+# The intro's figure, drawn by code (tests/test_figures.py checks it is up to date).
+.PHONY: figures
+figures: $(STAMP)
+	$(PY) -c "import data_parallel as dp; dp.write_book_figures('book')"
+
 # ---- Where the time goes (added target; not part of `make test`) ------------------------
 #   make benchmark  one table of measured ratios (data pipeline, training loops, DDP,
 #                   star/ring/torch allreduce, cost model), about 3 minutes on 2 CPU cores

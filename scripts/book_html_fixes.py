@@ -5,7 +5,39 @@ HTML that the browser check (tests/browser) found in the stock Jupyter Book 1 st
   (`const THEBE_JS_URL = ...`) twice under Sphinx 7.4 (once with filename None, once with
   ''), so every page threw "Identifier 'THEBE_JS_URL' has already been declared" in the
   console. Identical scripts are dropped from each page, keeping the first.
+- myst-nb gives a figure's image no alt text, so the HTML writer uses the file name (a
+  hash). A figure whose image has no alt text of its own (cell metadata
+  `mystnb: {image: {alt: ...}}`) gets its caption as alt text.
+- A worked solution is one dropdown: code cells tagged `solution` are moved into the
+  "Solution to exercise N" dropdown admonition just before them, so the reader opens one
+  box with the prose, the code and its output (run and checked by nbval like any cell).
+  A `solution` cell with no dropdown right before it is a build warning (an error
+  under -W).
+- A little CSS (CSS below, served as _static/book_html_fixes.css): inline code may break
+  inside a long name rather than make a phone's page scroll sideways; the intro's
+  picture (class `hero`) takes the column's width.
 """
+from pathlib import Path
+
+from docutils import nodes
+from sphinx.util import logging
+
+logger = logging.getLogger(__name__)
+SOLUTION_TAG = 'solution'
+CSS = """\
+/* book_html_fixes.py: what the browser check (tests/browser) asked for */
+code.literal, code.literal span.pre { white-space: pre-wrap; overflow-wrap: anywhere; }
+img.hero { display: block; width: 100%; height: auto; margin: 1.5rem 0; }
+"""
+
+
+def _add_css(app):
+    """Write CSS into a folder of the build and publish it as a static file."""
+    folder = Path(app.doctreedir) / 'book_html_fixes'
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / 'book_html_fixes.css').write_text(CSS, encoding='utf-8')
+    app.config.html_static_path.append(str(folder))
+    app.add_css_file('book_html_fixes.css')
 
 
 def _dedupe_scripts(app, pagename, templatename, context, doctree):
@@ -22,7 +54,43 @@ def _dedupe_scripts(app, pagename, templatename, context, doctree):
     scripts[:] = kept
 
 
+def _caption_alt(app, doctree):
+    """Alt text from the caption for figure images that have none."""
+    for figure in doctree.findall(nodes.figure):
+        captions = list(figure.findall(nodes.caption))
+        if not captions:
+            continue
+        text = ' '.join(captions[0].astext().split())
+        for image in figure.findall(nodes.image):
+            if not image.get('alt', '').strip():
+                image['alt'] = text
+
+
+def _is_solution_cell(node):
+    return (isinstance(node, nodes.container) and node.get('nb_element') == 'cell_code'
+            and SOLUTION_TAG in node.get('cell_metadata', {}).get('tags', []))
+
+
+def _merge_solutions(app, doctree):
+    """Move each `solution` code cell into the dropdown admonition that precedes it."""
+    for cell in list(doctree.findall(_is_solution_cell)):
+        parent = cell.parent
+        index = parent.index(cell)
+        box = parent[index - 1] if index > 0 else None
+        if not (isinstance(box, nodes.admonition) and 'dropdown' in box['classes']):
+            logger.warning('a code cell tagged "solution" must come right after a '
+                           '":class: dropdown" admonition (its prose), or after '
+                           'another solution cell', location=cell)
+            continue
+        cell.attributes.pop('hide_mode', None)         # no toggle inside the toggle
+        parent.remove(cell)
+        box.append(cell)
+
+
 def setup(app):
     # after the other extensions have added their page scripts
     app.connect('html-page-context', _dedupe_scripts, priority=900)
+    app.connect('doctree-read', _merge_solutions)
+    app.connect('doctree-read', _caption_alt)
+    app.connect('builder-inited', _add_css)
     return {'parallel_read_safe': True, 'parallel_write_safe': True}

@@ -1,4 +1,6 @@
-"""The figure functions of data_parallel.py: what they draw; they leave no trace."""
+"""The figure functions of data_parallel.figures: what they draw, legible at the book's
+column width; they leave no trace."""
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -9,9 +11,13 @@ import matplotlib
 matplotlib.use('Agg')
 from matplotlib import pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.text import Annotation, Text  # noqa: E402
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import torch  # noqa: E402
 
 import data_parallel as dp  # noqa: E402
+from data_parallel import figures  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -37,6 +43,8 @@ def number_counts(fig):
     (dp.plot_allreduce, 1),
     (dp.plot_scatter, 1),
     (lambda: dp.plot_accuracy({'1 GPU': [0.5, 0.7]}), 1),
+    (figures.plot_ring_allreduce, 6),
+    (figures.plot_lenet_shapes, 1),
 ])
 def test_returns_a_figure(draw, num_axes):
     fig = draw()
@@ -78,6 +86,191 @@ def test_allreduce_shows_each_value_before_and_the_sum_after(values):
     for value in values:
         assert counts[value] >= 2
     assert all(f'GPU {i}' in strings for i in range(len(values)))
+
+
+def arrows(fig, gid):
+    """The arrows (annotations) of a kind: [(start, end)] in data coordinates."""
+    return [(a.xyann, a.xy) for ax in fig.axes for a in ax.texts
+            if isinstance(a, Annotation) and a.get_gid() == gid]
+
+
+@pytest.mark.parametrize('values', [(1, 2), (1, 2, 3), (5, 6, 7, 8)])
+def test_allreduce_routes_through_gpu_0(values):
+    """The star of dp.allreduce: k - 1 tensors go to GPU 0, k - 1 sums come back."""
+    fig = dp.plot_allreduce(values)
+    k = len(values)
+    to_0, from_0 = arrows(fig, 'to GPU 0'), arrows(fig, 'from GPU 0')
+    assert len(to_0) == len(from_0) == k - 1
+    hub_y = ({round(end[1], 6) for _, end in to_0} |
+             {round(start[1], 6) for start, _ in from_0})
+    assert len(hub_y) <= 1, 'all arrows meet at GPU 0'
+    assert len({round(start[1], 6) for start, _ in to_0}) == k - 1  # one from each row
+    assert len({round(end[1], 6) for _, end in from_0}) == k - 1    # one to each row
+    adds = [s for s in texts(fig) if s.startswith('GPU 0 adds')]
+    assert adds == [f"GPU 0 adds\n{' + '.join(map(str, values))} = {sum(values)}"]
+
+
+@pytest.mark.parametrize('draw', [
+    lambda: dp.plot_allreduce((1, 2)), lambda: dp.plot_allreduce((1, 2, 3, 4)),
+    dp.plot_data_parallel_steps, figures.plot_lenet_shapes])
+def test_diagrams_have_no_empty_margins(draw):
+    """Ink spans at least 85 % of the figure's width and height (tight bbox aside)."""
+    fig = draw()
+    fig.canvas.draw()
+    ink = (np.asarray(fig.canvas.buffer_rgba())[..., :3] < 245).any(axis=2)
+    rows, cols = np.flatnonzero(ink.any(axis=1)), np.flatnonzero(ink.any(axis=0))
+    assert (rows[-1] - rows[0]) / ink.shape[0] > 0.85
+    assert (cols[-1] - cols[0]) / ink.shape[1] > 0.85
+
+
+def ring_grid(ax, k):
+    """The chunk labels of one ring panel as grid[chunk][gpu] ('a+b', ...)."""
+    cells = [t for t in ax.texts if re.fullmatch(r'[a-h](\+[a-h])*', t.get_text())]
+    assert len(cells) == k * k, [t.get_text() for t in cells]
+    cells.sort(key=lambda t: (-round(t.get_position()[1], 3), t.get_position()[0]))
+    return [[cells[c * k + r].get_text() for r in range(k)] for c in range(k)]
+
+
+def ring_panels(fig):
+    """{title: axes} of the ring figure's panels, in the order of the steps."""
+    return {t.get_text(): ax for ax in fig.axes for t in ax.texts
+            if t.get_text().startswith(('start', 'reduce-scatter', 'all-gather'))}
+
+
+@pytest.mark.parametrize('k', [2, 3, 4])
+def test_ring_allreduce_has_a_panel_per_step(k):
+    panels = ring_panels(figures.plot_ring_allreduce(k))
+    titles = list(panels)
+    assert titles[0].startswith('start')
+    assert titles[1:] == [f'reduce-scatter step {s}' for s in range(1, k)] + \
+                         [f'all-gather step {s}' for s in range(1, k)]
+    for title, ax in list(panels.items())[1:]:
+        sent = [a for a in ax.texts
+                if isinstance(a, Annotation) and a.get_gid() == 'send']
+        received = [p for p in ax.patches if p.get_gid() == 'received']
+        assert len(sent) == len(received) == k, title  # one chunk per GPU per step
+
+
+@pytest.mark.parametrize('k', [2, 3, 4])
+def test_ring_allreduce_reduces_then_gathers(k):
+    """Each step's received chunks follow from the previous panel: the reduce-scatter
+    adds the left neighbour's chunk, the all-gather copies it; at the end every GPU
+    holds every complete sum."""
+    panels = list(ring_panels(figures.plot_ring_allreduce(k)).items())
+    letters = 'abcdefgh'[:k]
+    grids = [ring_grid(ax, k) for _, ax in panels]
+    assert grids[0] == [list(letters) for _ in range(k)]
+    for (title, ax), before, after in zip(panels[1:], grids, grids[1:]):
+        for c in range(k):
+            for r in range(k):
+                left = before[c][(r - 1) % k]
+                if after[c][r] == before[c][r]:
+                    continue
+                if title.startswith('reduce'):
+                    assert set(after[c][r].split('+')) == \
+                        set(before[c][r].split('+')) | set(left.split('+')), title
+                else:
+                    assert after[c][r] == left, title
+    full = '+'.join(letters)
+    after_rs = grids[k - 1]
+    assert all(after_rs[(r + 1) % k][r] == full for r in range(k))  # dp.ring_allreduce
+    assert grids[-1] == [[full] * k for _ in range(k)]
+
+
+@pytest.mark.parametrize('k', [1, 9, 2.5, '3'])
+def test_ring_allreduce_rejects_bad_k(k):
+    with pytest.raises(ValueError, match='k must be an integer from 2 to 8'):
+        figures.plot_ring_allreduce(k)
+
+
+def reference_lenet_shapes(params):
+    """The output shape of each LeNet layer, from torch.nn layers built from the shapes
+    of the parameters (the figure records dp.lenet's own forward pass instead)."""
+    W1, _, W2, _, W3, _, W4, _ = params
+    nn = torch.nn
+    conv = [nn.Conv2d(W.shape[1], W.shape[0], W.shape[2:]) for W in (W1, W2)]
+    layers = [nn.Sequential(conv[0], nn.ReLU()), nn.AvgPool2d(2, 2),
+              nn.Sequential(conv[1], nn.ReLU()),
+              nn.AvgPool2d(2, 2), nn.Flatten(),
+              nn.Sequential(nn.Linear(*W3.shape), nn.ReLU()), nn.Linear(*W4.shape)]
+    X = torch.zeros(1, 1, 28, 28)
+    shapes = [tuple(X.shape)]
+    with torch.no_grad():
+        for layer in layers:
+            X = layer(X)
+            shapes.append(tuple(X.shape))
+    return shapes
+
+
+def drawn_shapes(fig):
+    return [tuple(int(n) for n in t.get_text().split('×'))
+            for ax in fig.axes for t in ax.texts if t.get_gid() == 'shape']
+
+
+def test_lenet_shapes_match_a_forward_pass():
+    params = dp.init_lenet_params()
+    fig = figures.plot_lenet_shapes()
+    shapes = drawn_shapes(fig)
+    assert shapes == reference_lenet_shapes(params)
+    assert shapes[-1] == tuple(dp.lenet(torch.zeros(1, 1, 28, 28), params).shape)
+    names = [s for s in texts(fig) if s and '×' not in s.split('\n')[-1]
+             or s.startswith(('conv', 'avg'))]
+    assert sum(s.startswith('conv') for s in names) == 2
+    assert sum(s.startswith('dense') for s in names) == 2
+    assert sum(s.endswith('+ ReLU') for s in names) == 3
+
+
+def test_lenet_shapes_are_computed_not_typed():
+    """Other parameter shapes (6 channels of 5 x 5 first): other labels."""
+    params = dp.init_lenet_params()
+    params[0], params[1] = torch.zeros(6, 1, 5, 5), torch.zeros(6)
+    params[2] = torch.zeros(50, 6, 5, 5)
+    fig = figures.plot_lenet_shapes(params)
+    assert drawn_shapes(fig) == reference_lenet_shapes(params)
+    assert (1, 6, 24, 24) in drawn_shapes(fig)
+    assert any(s.startswith('conv 5×5\n6 channels') for s in texts(fig))
+
+
+BOOK_CALLS = {  # the figures as the chapters draw them
+    'split strategies': dp.plot_split_strategies,
+    'data-parallel steps': dp.plot_data_parallel_steps,
+    'allreduce': lambda: dp.plot_allreduce(values=(1, 2)),
+    'scatter': dp.plot_scatter,
+    'accuracy': lambda: dp.plot_accuracy({'1 device': [0.5, 0.7, 0.8],
+                                          '2 devices': [0.5, 0.72, 0.81]}),
+    'scaling': lambda: dp.plot_scaling([1, 2, 4], {
+        'strong scaling (batch 256)': [1, 2, 3],
+        'weak scaling (128 per device)': [1, 2, 4]}),
+    'ring allreduce': figures.plot_ring_allreduce,
+    'LeNet shapes': figures.plot_lenet_shapes,
+}
+
+
+@pytest.mark.parametrize('name', list(BOOK_CALLS))
+def test_labels_are_legible_in_the_books_column(name):
+    """At 2x resolution, shrunk to the column of a 1400 px window (or shown at full size
+    when narrower), every label is at least MIN_LABEL_PX tall."""
+    fig = BOOK_CALLS[name]()
+    assert fig.dpi == figures.FIGURE_DPI >= 200
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    png_px = fig.get_tightbbox(renderer).width * fig.dpi  # bbox 'tight', as inline
+    shown_px = min(png_px, figures.COLUMN_PX)
+    labels = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    assert labels
+    smallest = min(t.get_fontsize() for t in labels)
+    px = smallest * fig.dpi / 72 * shown_px / png_px
+    assert px >= figures.MIN_LABEL_PX, f'{name}: {px:.1f} px labels'
+
+
+def test_book_figure_files_are_generated_by_code():
+    """book/data_parallel_steps.svg (the intro's picture) is what the code draws."""
+    for name, draw in figures.BOOK_FIGURES.items():
+        path = dp.repo_root() / 'book' / name
+        assert path.read_text(encoding='utf-8') == figures.figure_svg(draw()), \
+            f"{path} is stale: run .venv/bin/python -c " \
+            "\"import data_parallel.figures as f; f.write_book_figures('book')\""
+        assert '<dc:date>' not in path.read_text(encoding='utf-8')
 
 
 def test_allreduce_formats_floats():
@@ -132,6 +325,9 @@ def test_drawing_changes_no_rcparams():
     dp.plot_allreduce()
     dp.plot_scatter()
     dp.plot_accuracy({'run': [0.5, 0.6]}, num_epochs=3)
+    figures.plot_ring_allreduce(4)
+    figures.plot_lenet_shapes()
+    figures.figure_svg(dp.plot_allreduce())
     assert dict(matplotlib.rcParams) == before
 
 

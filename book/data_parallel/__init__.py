@@ -20,7 +20,8 @@ from .data import (DataUnavailableError, TensorBatches, load_fashion_mnist,
 from .devices import (Timer, describe_devices, describe_environment, get_devices,
                       process_device, synchronize)
 from .figures import (plot_accuracy, plot_allreduce, plot_data_parallel_steps,
-                      plot_scaling, plot_scatter, plot_split_strategies)
+                      plot_lenet_shapes, plot_ring_allreduce, plot_scaling, plot_scatter,
+                      plot_split_strategies, write_book_figures)
 from .paths import DATA_ENV, data_root, repo_root, results_dir, work_dir
 from .performance import (FlatParams, allreduce_seconds, forward_backward,
                           ring_allreduce, star_allreduce, step_seconds, train_batch_flat)

@@ -103,7 +103,7 @@ def load_fashion_mnist(batch_size, root=None, num_train=None, seed=0):
 
 
 def per_image_loader(batch_size, train=True, root=None, num_workers=4):
-    """The article's data pipeline: torchvision images, ToTensor per image, 4 workers."""
+    """The article's data pipeline: torchvision images, ToTensor on each, 4 workers."""
     # As d2l's load_data_fashion_mnist builds it: a PIL image decoded and converted per
     # example, batches collated from single examples by worker processes.
     root = Path(root) if root is not None else data_root()

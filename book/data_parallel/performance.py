@@ -1,4 +1,4 @@
-"""Chapter 8's code: flat buffers, the improved step, star and ring allreduce, cost model."""
+"""Chapter 8: flat buffers, the improved step, star and ring allreduce, a cost model."""
 import torch
 from torch import distributed as dist
 
@@ -6,7 +6,7 @@ from .scratch import lenet, loss, split_batch, allreduce
 
 
 class FlatParams:
-    """One replica's parameters as views into one flat buffer, gradients into another."""
+    """One replica's parameters as views into a flat buffer, gradients into another."""
 
     def __init__(self, params, device):
         self.data = torch.cat([p.detach().reshape(-1) for p in params]).to(device)
@@ -27,7 +27,7 @@ def forward_backward(X_shard, y_shard, replica):
 
 
 def train_batch_flat(X, y, replicas, devices, lr, pool=None):
-    """train_batch on flat buffers: one allreduce and one update per device, not eight."""
+    """train_batch on flat buffers: one allreduce, one update per device, not eight."""
     X_shards, y_shards = split_batch(X, y, devices)
     if pool is None:  # one device after the other
         for X_shard, y_shard, replica in zip(X_shards, y_shards, replicas):
@@ -42,7 +42,7 @@ def train_batch_flat(X, y, replicas, devices, lr, pool=None):
 
 
 def star_allreduce(tensor):
-    """The article's pattern between processes: rank 0 adds everything, sends the sum back."""
+    """The article's pattern between processes: rank 0 sums all, sends the sum back."""
     rank, k = dist.get_rank(), dist.get_world_size()
     if rank == 0:
         received = torch.empty_like(tensor)
@@ -68,7 +68,7 @@ def _exchange(send, recv, right, left):
 
 
 def ring_allreduce(tensor):
-    """Sum a contiguous tensor over all processes, in place: reduce-scatter, all-gather."""
+    """Sum a contiguous tensor over all ranks, in place: reduce-scatter, all-gather."""
     rank, k = dist.get_rank(), dist.get_world_size()
     chunks = torch.tensor_split(tensor.view(-1), k)  # views; sizes differ by at most 1
     right, left = (rank + 1) % k, (rank - 1) % k
@@ -77,7 +77,7 @@ def ring_allreduce(tensor):
         send, recv = chunks[(rank - step) % k], chunks[(rank - step - 1) % k]
         _exchange(send, received[:len(recv)], right, left)
         recv += received[:len(recv)]
-    for step in range(k - 1):  # all-gather: chunk (rank + 1) % k is complete; pass it on
+    for step in range(k - 1):  # all-gather: chunk (rank + 1) % k is summed; pass it on
         send, recv = chunks[(rank - step + 1) % k], chunks[(rank - step) % k]
         _exchange(send, recv, right, left)
     return tensor

@@ -51,13 +51,14 @@ def allreduce(data):
 
 
 def split_batch(X, y, devices):
-    """Split X and y along dim 0 into one shard per device, sizes differing by at most 1."""
+    """Split X and y along dim 0 into a shard per device; sizes differ by at most 1."""
     if len(X) != len(y):
         raise ValueError(f'X holds {len(X)} examples but y holds {len(y)} labels: '
                          'pass the features and labels of the same minibatch.')
     if len(X) < len(devices):
-        raise ValueError(f'a batch of {len(X)} examples cannot feed {len(devices)} devices: '
-                         f'use a batch of at least {len(devices)} examples, or fewer devices.')
+        raise ValueError(f'a batch of {len(X)} examples cannot feed '
+                         f'{len(devices)} devices: use a batch of at least '
+                         f'{len(devices)} examples, or fewer devices.')
     X_shards = torch.tensor_split(X, len(devices))
     y_shards = torch.tensor_split(y, len(devices))
     return ([shard.to(device) for shard, device in zip(X_shards, devices)],
@@ -73,7 +74,7 @@ def sgd(params, lr, batch_size):
 
 
 def train_batch(X, y, device_params, devices, lr):
-    """One data-parallel step: split the batch, backward per device, allreduce, update."""
+    """One data-parallel step: split the batch, backward per device, allreduce, SGD."""
     X_shards, y_shards = split_batch(X, y, devices)
     losses = [loss(lenet(X_shard, params), y_shard).sum()
               for X_shard, y_shard, params in zip(X_shards, y_shards, device_params)]
@@ -83,7 +84,7 @@ def train_batch(X, y, device_params, devices, lr):
         for i in range(len(device_params[0])):
             allreduce([params[i].grad for params in device_params])
     for params in device_params:
-        sgd(params, lr, X.shape[0])  # divide by the full batch: uneven shards stay exact
+        sgd(params, lr, X.shape[0])  # divide by full batch: uneven shards stay exact
 
 
 def evaluate_accuracy(net, data_iter, device):
@@ -92,16 +93,16 @@ def evaluate_accuracy(net, data_iter, device):
     with torch.no_grad():
         for X, y in data_iter:
             X, y = X.to(device), y.to(device)
-            correct += (net(X).argmax(dim=1) == y).sum()  # on the device: no wait per batch
+            correct += (net(X).argmax(dim=1) == y).sum()  # on device: no wait per batch
             total += y.numel()
     return correct.item() / total
 
 
 def train(num_devices, batch_size, lr, num_epochs=10, data=None, params=None):
-    """Train LeNet on num_devices devices; return test accuracy per epoch and a Timer."""
+    """Train LeNet on num_devices devices; return test accuracy per epoch, a Timer."""
     train_iter, test_iter = data or load_fashion_mnist(batch_size)
     devices = get_devices(num_devices)
-    params = init_lenet_params() if params is None else params  # or continue from params
+    params = init_lenet_params() if params is None else params  # or resume from them
     device_params = [get_params(params, device) for device in devices]
     timer, accuracies = Timer(), []
     for epoch in range(num_epochs):

@@ -120,9 +120,9 @@ def shard_loader(X, y, per_process_batch, device, seed=0):
     The sampler shuffles all indices with seed + epoch (call set_epoch every epoch) and
     hands process r every world_size-th one, so the processes see disjoint shards whose
     union at each step is one contiguous slice of the shuffled order. BatchSampler
-    groups the indices, and TensorDataset indexes the in-memory tensors with a whole batch at
-    once (no per-example collation). For a GPU the batches come in pinned memory, so
-    that copying them to the device does not make the host wait.
+    groups the indices, and TensorDataset indexes the in-memory tensors with a whole
+    batch at once (no per-example collation). For a GPU the batches come in pinned
+    memory, so that copying them to the device does not make the host wait.
     """
     dataset = TensorDataset(X, y)
     sampler = DistributedSampler(dataset, shuffle=True, seed=seed)

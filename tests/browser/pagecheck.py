@@ -429,3 +429,358 @@ def open_first_solution(driver):
         c.getBoundingClientRect().height > 0);"""), timeout=5)
     time.sleep(0.4)                                    # the opening animation
     return opened if ok else False
+
+
+# ---------------------------------------------------------- every screen (issue 12)
+
+PHONE, DESKTOP = 400, 1400          # CSS pixels: a phone held upright, a laptop window
+MAX_COLUMNS = 88                    # the house limit for code lines (CONTRIBUTING.md)
+
+_SHOWN_JS = r"""
+function shown(el) {
+  if (!el) return false;
+  const r = el.getBoundingClientRect();
+  return el.checkVisibility({opacityProperty: true, visibilityProperty: true}) &&
+         r.width > 0 && r.height > 0 && r.right > 1 && r.left < innerWidth - 1 &&
+         r.bottom > 0 && r.top < innerHeight;
+}
+// A reader can click `el`: shown, and the topmost element at its centre (no overlay).
+function clickable(el) {
+  if (!shown(el)) return false;
+  el.scrollIntoView({block: 'nearest', inline: 'nearest'});
+  const r = el.getBoundingClientRect();
+  const x = r.left + Math.min(r.width / 2, 12), y = r.top + r.height / 2;
+  if (x < 0 || x >= innerWidth || y < 0 || y >= innerHeight) return false;
+  const top = document.elementFromPoint(x, y);
+  return !!top && (top === el || el.contains(top));
+}
+function anyClickable(selector) {
+  return Array.from(document.querySelectorAll(selector)).some(clickable);
+}
+function shownButtons(selector) {
+  return Array.from(document.querySelectorAll(selector)).filter(shown);
+}
+"""
+
+# What each toggle must open: (problem name, button, links that must become clickable).
+TOGGLES = (
+    ('chapter-list button', '.primary-toggle', '.bd-sidebar-primary nav.bd-docs-nav a'),
+    ('page-contents button', '.secondary-toggle', '.bd-sidebar-secondary nav a'),
+)
+# The article header's menus: (name, menu, link every item must be).
+MENUS = (
+    ('launch menu', '.dropdown-launch-buttons', 'a.dropdown-item'),
+    ('download menu', '.dropdown-download-buttons', 'a.dropdown-item'),
+)
+
+
+def _reload(driver):
+    """Load the current page afresh (no sidebar or menu left open by a click)."""
+    load(driver, driver.current_url)
+
+
+def _settle(driver, element, timeout=3):
+    """Wait until `element` stops moving (a sidebar sliding away moves the buttons)."""
+    rect = 'const r = arguments[0].getBoundingClientRect(); return [r.x, r.y, r.width];'
+    last, end = None, time.monotonic() + timeout
+    while time.monotonic() < end:
+        now = driver.execute_script(rect, element)
+        if now == last:
+            return
+        last = now
+        time.sleep(0.15)
+
+
+def _click(driver, element):
+    """Click as a reader would (fails when something covers it); say if it went."""
+    from selenium.common.exceptions import WebDriverException
+    _settle(driver, element)
+    try:
+        element.click()
+        return True
+    except WebDriverException:
+        return False
+
+
+def toggle_problems(driver, name, button_css, target_css):
+    """The visible `button_css` opens `target_css` (and closes it when it was open)."""
+    width = driver.execute_script('return innerWidth')
+    _reload(driver)
+    js = _SHOWN_JS + 'return anyClickable(arguments[0]);'
+    if not driver.execute_script('return document.querySelector(arguments[0]) !== null',
+                                 target_css):
+        return []                              # nothing to open on this page
+    buttons = driver.execute_script(_SHOWN_JS + 'return shownButtons(arguments[0]);',
+                                    button_css)
+    was_open = driver.execute_script(js, target_css)
+    if not buttons:
+        return [] if was_open else [f'{width}px: no visible {name}, and what it '
+                                    'opens is not shown']
+    if not _click(driver, buttons[0]):
+        return [f'{width}px: the {name} cannot be clicked (covered)']
+    if _wait(lambda: driver.execute_script(js, target_css) != was_open, timeout=3):
+        if not was_open:
+            return []
+        # it closed what was open: a second click must bring it back
+        if _click(driver, buttons[0]) and _wait(
+                lambda: driver.execute_script(js, target_css), timeout=3):
+            return []
+        return [f'{width}px: the {name} closed its panel but does not reopen it']
+    state = 'still' if was_open else 'not'
+    return [f'{width}px: the {name} does nothing: {state} open after a click']
+
+
+def menu_problems(driver, name, menu_css, item_css):
+    """The menu's button opens it, with every item on screen and clickable."""
+    width = driver.execute_script('return innerWidth')
+    _reload(driver)
+    menus = driver.execute_script(_SHOWN_JS + 'return shownButtons(arguments[0]);',
+                                  menu_css)
+    if not menus:
+        return []
+    toggle = menus[0].find_element('css selector', 'button')
+    if not _click(driver, toggle):
+        return [f'{width}px: the {name} button cannot be clicked (covered)']
+    js = _SHOWN_JS + r"""
+      const items = Array.from(arguments[0].querySelectorAll(arguments[1]));
+      return items.length > 0 && items.every(a => {
+        const r = a.getBoundingClientRect();
+        return clickable(a) && r.left >= 0 && r.right <= innerWidth; });"""
+    if _wait(lambda: driver.execute_script(js, menus[0], item_css), timeout=3):
+        return []
+    return [f'{width}px: the {name} does not open, or its items are off screen']
+
+
+def navigation_problems(driver):
+    """Click the chapter-list and page-contents buttons, the launch and download
+    menus."""
+    problems = []
+    for name, button_css, target_css in TOGGLES:
+        problems += toggle_problems(driver, name, button_css, target_css)
+    for name, menu_css, item_css in MENUS:
+        problems += menu_problems(driver, name, menu_css, item_css)
+    _reload(driver)
+    # pydata-sphinx-theme 0.17 adds a top bar with a second search box above the page
+    searches = driver.execute_script(
+        _SHOWN_JS + 'return shownButtons(arguments[0]).length;', '.search-button-field')
+    if searches > 1:
+        width = driver.execute_script('return innerWidth')
+        problems.append(f'{width}px: {searches} search boxes shown (an extra top bar?)')
+    return problems
+
+
+_WIDE_JS = r"""
+// Shown elements that reach past the viewport's right (or left) edge and are not inside
+// a box that scrolls or clips them: they make the whole page scroll sideways.
+const width = document.documentElement.clientWidth, wide = [];
+function clipped(el) {
+  for (let p = el.parentElement; p && p !== document.body; p = p.parentElement) {
+    const ox = getComputedStyle(p).overflowX;
+    if (ox !== 'visible') return true;
+  }
+  return false;
+}
+for (const el of document.body.querySelectorAll('*')) {
+  const r = el.getBoundingClientRect();
+  if (r.width === 0 || r.height === 0) continue;
+  if (r.right <= width + 1 && r.left >= -1) continue;
+  if (!el.checkVisibility({opacityProperty: true, visibilityProperty: true})) continue;
+  if (clipped(el)) continue;
+  if (wide.some(w => w.contains(el))) continue;
+  wide.push(el);
+}
+return wide.slice(0, 10).map(el => {
+  const r = el.getBoundingClientRect();
+  return `<${el.tagName.toLowerCase()}${el.id ? '#' + el.id : ''}` +
+    `${el.classList.length ? '.' + Array.from(el.classList).join('.') : ''}> ` +
+    `from ${Math.round(r.left)} to ${Math.round(r.right)} px: ` +
+    JSON.stringify(el.textContent.trim().slice(0, 50));
+});
+"""
+
+
+def wide_element_problems(driver):
+    """Elements wider than the viewport (the page scrolls sideways on a phone)."""
+    width = driver.execute_script('return document.documentElement.clientWidth')
+    return [f'{width}px: element wider than the screen: {w}'
+            for w in driver.execute_script(_WIDE_JS)]
+
+
+_CODE_JS = r"""
+// Every code cell's source and text output, and every other code block, as its lines.
+const blocks = [];
+for (const pre of document.querySelectorAll('article.bd-article pre, main pre')) {
+  if (blocks.some(b => b.pre === pre)) continue;
+  const cell = pre.closest('div.cell');
+  const kind = !cell ? 'code block'
+             : pre.closest('.cell_output') ? 'output' : 'code cell';
+  const source = cell && cell.querySelector('.cell_input pre');
+  blocks.push({pre, kind,
+    first: ((source || pre).textContent.split('\n')                  // #@save: the next
+            .find(l => l.trim() && !l.startsWith('#@save')) || '').trim(),
+    text: pre.textContent});
+}
+return blocks.map(b => ({kind: b.kind, first: b.first, text: b.text}));
+"""
+
+
+def columns(line):
+    """Columns a line of code takes in a monospace font (tabs to multiples of 8)."""
+    return len(line.expandtabs(8))
+
+
+def code_width_offenders(driver, max_columns=MAX_COLUMNS):
+    """[(kind, first line of the cell, columns, widest line)] over max_columns."""
+    offenders = []
+    for block in driver.execute_script(_CODE_JS):
+        lines = block['text'].rstrip('\n').split('\n')
+        widest = max(lines, key=columns)
+        if columns(widest) > max_columns:
+            offenders.append((block['kind'], block['first'][:70], columns(widest),
+                              widest.strip()[:60]))
+    return offenders
+
+
+def code_width_problems(driver, allowed=(), max_columns=MAX_COLUMNS):
+    """Code cells, outputs and code blocks with a line over `max_columns` columns.
+
+    allowed: first lines (prefixes) of cells whose width is accepted on purpose;
+    empty by default, so every offender is reported.
+    """
+    return [f'{kind} wider than {max_columns} columns ({cols}): cell {first!r}; '
+            f'line {widest!r}...'
+            for kind, first, cols, widest in code_width_offenders(driver, max_columns)
+            if not any(first.startswith(a) for a in allowed)]
+
+
+_ALT_JS = r"""
+return Array.from(document.querySelectorAll('article img, main img')).map(img => ({
+  src: img.getAttribute('src') || '', alt: img.getAttribute('alt'),
+  figure: !!img.closest('figure')}));
+"""
+_FILE_NAME = re.compile(r'(^|/)[\w.-]+\.(png|svg|jpe?g|gif|webp)$|^[0-9a-f]{32,}', re.I)
+
+
+def alt_text_problems(driver):
+    """Images of the article (figures above all) need alt text, not a file name."""
+    problems = []
+    for img in driver.execute_script(_ALT_JS):
+        alt = (img['alt'] or '').strip()
+        what = 'figure' if img['figure'] else 'image'
+        if not alt:
+            problems.append(f"{what} without alt text: {img['src']}")
+        elif _FILE_NAME.search(alt) or alt == img['src']:
+            problems.append(f"{what} alt text is a file name: {alt!r}")
+    return problems
+
+
+_SOLUTIONS_JS = r"""
+// "Solution to exercise N" dropdowns, whether their code sits inside them, and any
+// collapsed code cell that follows one (the split layout: prose and code apart).
+return Array.from(document.querySelectorAll('.admonition.dropdown')).filter(box => {
+  const t = box.querySelector(':scope > .admonition-title');
+  return t && /^\s*Solution/.test(t.textContent);
+}).map(box => {
+  let next = box.nextElementSibling, split = 0;
+  while (next && next.matches('div.cell') &&
+         next.querySelector(':scope > details.hide')) {
+    split++; next = next.nextElementSibling;
+  }
+  return {title: box.querySelector(':scope > .admonition-title').textContent.trim(),
+          code: box.querySelectorAll('div.cell .cell_input pre').length, split};
+});
+"""
+
+
+def solution_problems(driver):
+    """Every solution is one dropdown: no code cell of its own toggle right after it."""
+    return [f"{s['title']}: split in two, its code in {s['split']} separate "
+            "'Show code cell' toggle(s) below the dropdown"
+            for s in driver.execute_script(_SOLUTIONS_JS) if s['split']]
+
+
+def open_solution_with_code(driver, shot=None):
+    """Open the first solution dropdown holding code: None if the page has none, else
+    whether its code became visible. shot: where to save a PNG of the opened box."""
+    box = driver.execute_script(r"""
+      return Array.from(document.querySelectorAll('.admonition.dropdown')).find(box =>
+        box.querySelector('div.cell .cell_input pre')) || null;""")
+    if box is None:
+        return None
+    # clicked from script, as open_first_solution does: the title sits deep in a long
+    # page, where chromedriver's own scrolling can leave it under the sticky header
+    driver.execute_script(r"""
+      const title = arguments[0].querySelector(':scope > .admonition-title');
+      title.scrollIntoView({block: 'center'}); title.click(); title.blur();""", box)
+    opened = bool(_wait(lambda: driver.execute_script(
+        _SHOWN_JS + r"""
+        const pre = arguments[0].querySelector('div.cell .cell_input pre');
+        const r = pre.getBoundingClientRect();
+        return pre.checkVisibility({opacityProperty: true, visibilityProperty: true}) &&
+               r.height > 0 && pre.textContent.trim().length > 0;""", box), timeout=5))
+    if opened and shot:        # the window, the box at its top (element shots time out)
+        driver.execute_script("arguments[0].scrollIntoView({block: 'start'})", box)
+        time.sleep(0.4)                                    # the opening animation
+        Path(shot).parent.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(shot))
+    return opened
+
+
+_FIGURE_TOGGLE_JS = r"""
+return Array.from(document.querySelectorAll('div.cell')).filter(cell =>
+  cell.querySelector('.cell_output figure, .cell_output img') &&
+  cell.querySelector(':scope > details.hide.above-input')).map(cell =>
+  (cell.querySelector('.cell_input pre') || cell).textContent.trim().slice(0, 60));
+"""
+
+
+def authoring_mark_problems(driver):
+    """Marks meant for the authors' tools, shown to the reader: toggles around one-line
+    figure calls, `# noqa` comments."""
+    problems = [f"figure cell shows a 'Show code cell source' toggle around {src!r} "
+                '(tag it remove-input)'
+                for src in driver.execute_script(_FIGURE_TOGGLE_JS)]
+    noqa = driver.execute_script(r"""
+      return Array.from(document.querySelectorAll('pre')).map(p => p.textContent)
+        .join('\n').split('\n').filter(l => /#\s*noqa/.test(l)).map(l => l.trim());""")
+    problems += [f'linter mark in the code: {line[:70]!r}' for line in noqa]
+    return problems
+
+
+def figure_size_problems(driver, min_px):
+    """Figures shown narrower than min_px CSS pixels (or than the image, if smaller):
+    the figure code sizes its labels for that width (figures.COLUMN_PX)."""
+    sizes = driver.execute_script(r"""
+      return Array.from(document.querySelectorAll('figure img')).map(img => ({
+        src: img.getAttribute('src'), natural: img.naturalWidth,
+        shown: img.getBoundingClientRect().width}));""")
+    problems = []
+    for size in sizes:
+        least = min(min_px, size['natural'])
+        if size['natural'] and size['shown'] < least - 1:
+            problems.append(f"figure shown {size['shown']:.0f} px wide, less than "
+                            f"{least} px (its labels get too small): {size['src']}")
+    return problems
+
+
+def cut_code_problems(driver):
+    """Code blocks that scroll sideways at the current width (their lines are cut)."""
+    width = driver.execute_script('return innerWidth')
+    cut = driver.execute_script(r"""
+      return Array.from(document.querySelectorAll('article pre, main pre'))
+        .filter(pre => pre.scrollWidth > pre.clientWidth + 1)
+        .map(pre => pre.textContent.trim().split('\n')[0].slice(0, 60));""")
+    return [f'{width}px: code block cut, it scrolls sideways: {first!r}'
+            for first in cut]
+
+
+def open_chapter_list(driver):
+    """Show the chapter list (click the visible button if hidden); say if shown."""
+    target = TOGGLES[0][2]
+    js = _SHOWN_JS + 'return anyClickable(arguments[0]);'
+    if driver.execute_script(js, target):
+        return True
+    buttons = driver.execute_script(_SHOWN_JS + 'return shownButtons(arguments[0]);',
+                                    TOGGLES[0][1])
+    return bool(buttons) and _click(driver, buttons[0]) and bool(
+        _wait(lambda: driver.execute_script(js, target), timeout=3))
