@@ -2,6 +2,7 @@
 runner are simulated, so the control flow, the summary and the exit codes are tested
 here; the steps themselves only run on a GPU machine."""
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -167,6 +168,11 @@ def test_ddp_record_must_be_nccl_on_distinct_gpus(gpu_check):
 @pytest.mark.skipif(not shutil.which('make'), reason='needs make')
 def test_make_target_runs_the_script_with_the_venv_python(tmp_path):
     venv = tmp_path / 'venv'  # a venv path that does not exist: -n only prints
-    out = subprocess.run(['make', '-n', 'gpu-check', f'VENV={venv}'], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60).stdout
+    # a clean environment: under `make test` the outer make's MAKEFLAGS would make this
+    # one print "Entering/Leaving directory" lines
+    env = {key: value for key, value in os.environ.items()
+           if key not in ('MAKEFLAGS', 'MAKELEVEL', 'MFLAGS')}
+    out = subprocess.run(['make', '-n', '--no-print-directory', 'gpu-check',
+                          f'VENV={venv}'], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=60).stdout
     assert out.splitlines()[-1] == f'{venv}/bin/python scripts/gpu_check.py'
