@@ -38,20 +38,15 @@ def setup():
     return device
 
 
-def sync(device):
-    if device.type == 'cuda':
-        torch.cuda.synchronize(device)
-
-
 def timed(fn, device, repeats):
     """Median seconds of fn() over repeats runs, all processes starting together."""
     times = []
     for _ in range(repeats):
         dist.barrier()
-        sync(device)
+        dp.synchronize([device])
         start = time.perf_counter()
         fn()
-        sync(device)
+        dp.synchronize([device])
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -94,17 +89,6 @@ def allreduce(args, device):
 
 # --- training steps ----------------------------------------------------------------
 
-class Net(nn.Module):
-    """LeNet with the from-scratch parameters, as a module DDP can wrap."""
-
-    def __init__(self):
-        super().__init__()
-        self.params = nn.ParameterList([nn.Parameter(p) for p in dp.init_lenet_params()])
-
-    def forward(self, X):
-        return dp.lenet(X, list(self.params))
-
-
 def shards(X, y, global_batch, steps, device):
     """This process's shard of each of `steps` global minibatches, already on device."""
     rank, k = dist.get_rank(), dist.get_world_size()
@@ -120,7 +104,7 @@ def shards(X, y, global_batch, steps, device):
 def make_step(impl, device, global_batch, lr):
     """(step function, parameter getter) for one implementation, from the same init."""
     if impl == 'ddp':
-        model = Net().to(device)
+        model = train_ddp.LeNet().to(device)  # the from-scratch LeNet as a module
         ddp = nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == 'cuda' else None)
         opt = torch.optim.SGD(model.parameters(), lr=lr)
