@@ -188,7 +188,8 @@ def allreduce(nproc):
     """Ring and star equal dist.all_reduce under NCCL; their bus bandwidth."""
     def run(timeout):
         try:
-            result = perf_workers.run(nproc, 'allreduce', '--mb', 25, timeout=timeout)
+            result = perf_workers.run(nproc, 'allreduce', '--mb', 25, timeout=timeout,
+                                     echo=False)  # one line per step, printed below
         except RuntimeError as error:
             raise StepFailed(str(error).splitlines()[0], str(error)) from None
         if not result.get('checked') or result.get('backend') != 'nccl':

@@ -6,12 +6,12 @@ them through ``launch``, which kills every process a job started when it ends.
 import contextlib
 import os
 import re
+import selectors
 import shlex
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 from .paths import work_dir
@@ -79,41 +79,90 @@ def _what_the_workers_said(out, err, lines=15):
     return '\n'.join(said[-lines:])
 
 
-def launch(*commands, env=None, timeout=900):
+def _read_lines(procs, echo, deadline):
+    """Collect every process's stdout and stderr; pass the first one's stdout lines to echo.
+
+    One loop over the pipes (no threads), so the lines reach echo in the caller's thread,
+    which is the thread whose output a notebook cell shows.
+    """
+    selector = selectors.DefaultSelector()
+    texts = [[[], []] for _ in procs]
+    partial = {}
+    for i, p in enumerate(procs):
+        for j, pipe in enumerate((p.stdout, p.stderr)):
+            os.set_blocking(pipe.fileno(), False)
+            selector.register(pipe, selectors.EVENT_READ, (i, j))
+    while selector.get_map():
+        if all(p.poll() is not None for p in procs):
+            _kill(procs)  # the launchers are gone: end the workers that still hold a pipe
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        for key, _ in selector.select(timeout=min(left, 1.0)):
+            i, j = key.data
+            chunk = os.read(key.fd, 65536)
+            if not chunk:  # end of file: the process closed this pipe
+                selector.unregister(key.fileobj)
+                chunk = b'\n' if partial.get(key.data) else b''
+            text = partial.pop(key.data, b'') + chunk
+            *lines, rest = text.split(b'\n')
+            if rest:
+                partial[key.data] = rest
+            for line in lines:
+                line = line.decode(errors='replace') + '\n'
+                texts[i][j].append(line)
+                if echo and i == 0 and j == 0:
+                    echo(line)
+    selector.close()
+    return [(''.join(out), ''.join(err)) for out, err in texts]
+
+
+def _kill(procs):
+    """Kill every process of every job: a launcher and its workers share one group."""
+    for p in procs:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(p.pid, signal.SIGKILL)
+
+
+def _print_line(line):
+    print(line, end='', flush=True)
+
+
+def launch(*commands, env=None, timeout=900, echo=False):
     """Run one or more commands at once, each in its own session; return their stdout.
 
-    They run in the work folder (the repository's root, or the current folder). Every
-    process group is killed when the commands finish, fail or time out, so no worker is
-    left behind. Raises RuntimeError (with the end of the output) on failure.
+    They run in the work folder (the repository's root, or the current folder). With
+    echo=True the first command's standard output is printed line by line as it comes
+    (rank 0's lines: the book's programs print only there); a function given as echo
+    receives each line instead. Every process group is killed when the commands finish,
+    fail or time out, so no worker is left behind. Raises RuntimeError (with the end of
+    every process's output) on failure.
     """
     env = {**os.environ, 'PYTHONUNBUFFERED': '1', **(env or {})}
-    procs, files = [], []
+    echo = _print_line if echo is True else echo
+    procs = []
     try:
         for command in commands:
             extra, argv = command if isinstance(command, tuple) else ({}, command)
-            out, err = tempfile.TemporaryFile('w+'), tempfile.TemporaryFile('w+')
-            files.append((out, err))
             procs.append(subprocess.Popen(argv, cwd=work_dir(), env={**env, **extra},
-                                          stdout=out, stderr=err, text=True,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                           start_new_session=True))
         deadline = time.monotonic() + timeout
+        outputs = _read_lines(procs, echo, deadline)
         for p in procs:
-            try:
-                p.wait(timeout=max(1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                raise RuntimeError(f'the job ran past its {timeout} s limit and was '
-                                   'stopped: give it more time (timeout=...)') from None
-        outputs = []
-        for out, err in files:
-            out.seek(0), err.seek(0)
-            outputs.append((out.read(), err.read()))
+            if outputs is not None:  # every pipe is closed: the launchers are ending
+                try:
+                    p.wait(timeout=max(1, deadline - time.monotonic()))
+                    continue
+                except subprocess.TimeoutExpired:
+                    pass
+            raise RuntimeError(f'the job ran past its {timeout} s limit and was '
+                               'stopped: give it more time (timeout=...)')
     finally:
-        for p in procs:  # the launcher and every worker it started share one group
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(p.pid, signal.SIGKILL)
+        _kill(procs)
+        for p in procs:
             p.wait()
-        for out, err in files:
-            out.close(), err.close()
+            p.stdout.close(), p.stderr.close()
     for p, (out, err) in zip(procs, outputs):
         if p.returncode != 0:
             raise RuntimeError(f'torchrun exited with code {p.returncode}:\n'

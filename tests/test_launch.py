@@ -1,0 +1,117 @@
+"""The launch helper: rank 0's lines arrive while the job runs; failures and time limits
+end every process and say what happened."""
+import os
+import sys
+import textwrap
+import time
+
+import pytest
+
+from data_parallel import launch
+
+CPU_ONLY = {'CUDA_VISIBLE_DEVICES': ''}
+
+# Rank 0 prints a line, then waits for a file that only someone who has read that line
+# can create. If launch held the output back until the end, the job would never end on
+# its own: it gives up after 60 s with exit code 3, and the test fails.
+WAITS_FOR_READER = '''
+import os, sys, time
+import torch.distributed as dist
+dist.init_process_group('gloo')
+if dist.get_rank() == 0:
+    print('epoch 1 done', flush=True)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(sys.argv[1]):
+        if time.monotonic() > deadline:
+            sys.exit(3)
+        time.sleep(0.05)
+    print('epoch 2 done', flush=True)
+else:
+    print('rank 1 says nothing on stdout', file=sys.stderr)
+dist.barrier()
+dist.destroy_process_group()
+'''
+
+
+def test_first_line_arrives_before_the_job_ends(tmp_path):
+    program, marker = tmp_path / 'job.py', tmp_path / 'reader_saw_epoch_1'
+    program.write_text(WAITS_FOR_READER)
+    seen = []
+
+    def echo(line):
+        seen.append(line)
+        if line == 'epoch 1 done\n':
+            marker.touch()  # lets the job go on: it is still running at this point
+
+    command = launch.torchrun_command([marker], nproc=2, script=program)
+    out, = launch.launch(command, env=CPU_ONLY, timeout=120, echo=echo)
+    assert seen == ['epoch 1 done\n', 'epoch 2 done\n']
+    assert out == ''.join(seen)  # the whole output is returned as well
+
+
+def test_echo_true_prints_the_first_commands_lines(capsys):
+    commands = [[sys.executable, '-c', f'print("from command {i}")'] for i in (0, 1)]
+    outs = launch.launch(*commands, echo=True, timeout=60)
+    assert outs == ['from command 0\n', 'from command 1\n']
+    assert capsys.readouterr().out == 'from command 0\n'
+
+
+def test_quiet_by_default_and_lines_without_a_final_newline(capsys):
+    out, = launch.launch([sys.executable, '-c', 'print("a"); print("b", end="")'],
+                         timeout=60)
+    assert out == 'a\nb\n'
+    assert capsys.readouterr().out == ''
+
+
+def test_failure_shows_what_every_process_said():
+    code = textwrap.dedent('''
+        import sys
+        print('rank 0: epoch 1 done')
+        print('ValueError: the batch was empty', file=sys.stderr)
+        sys.exit(1)''')
+    with pytest.raises(RuntimeError) as error:
+        launch.launch([sys.executable, '-c', code], timeout=60, echo=lambda line: None)
+    message = str(error.value)
+    assert message.startswith('torchrun exited with code 1:')
+    assert 'rank 0: epoch 1 done' in message and 'the batch was empty' in message
+
+
+def test_time_limit_stops_the_job_and_its_children(tmp_path):
+    pid_file = tmp_path / 'child.pid'
+    code = textwrap.dedent(f'''
+        import subprocess, sys, time
+        child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])
+        open({str(pid_file)!r}, 'w').write(str(child.pid))
+        print('started', flush=True)
+        time.sleep(120)''')
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match='ran past its 3 s limit'):
+        launch.launch([sys.executable, '-c', code], timeout=3)
+    assert time.monotonic() - start < 30
+    assert not alive(int(pid_file.read_text()))  # killed with its group, not left behind
+
+
+def alive(pid):
+    """Whether pid still runs 5 s on (a killed child nobody has reaped is a zombie: not)."""
+    deadline = time.monotonic() + 5  # SIGKILL is delivered, not waited for
+    while time.monotonic() < deadline:
+        try:
+            with open(f'/proc/{pid}/stat') as f:
+                if f.read().rsplit(')', 1)[1].split()[0] == 'Z':
+                    return False
+        except FileNotFoundError:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def test_a_worker_that_outlives_its_launcher_does_not_hold_the_job(tmp_path):
+    # The launcher exits while a process it started still holds the output pipe open.
+    code = textwrap.dedent('''
+        import subprocess, sys
+        child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])
+        print(child.pid)''')
+    start = time.monotonic()
+    out, = launch.launch([sys.executable, '-c', code], timeout=60)
+    assert time.monotonic() - start < 30
+    assert not alive(int(out))
