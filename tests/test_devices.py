@@ -18,7 +18,8 @@ PROCESS_COUNTS = [1, 2, 4, 8]
 @pytest.mark.parametrize('nproc', PROCESS_COUNTS)
 def test_process_device_policy(nproc, num_gpus):
     """NCCL and one GPU per process when there are enough; otherwise gloo on the CPU."""
-    picks = [dp.process_device(r, nproc, num_gpus=num_gpus) for r in range(nproc)]
+    picks = [dp.process_device(r, nproc, num_gpus=num_gpus, cores=2)
+             for r in range(nproc)]
     backends = {backend for backend, _, _ in picks}
     notes = {note for _, _, note in picks}
     assert len(backends) == 1 and len(notes) == 1  # every process decides alike
@@ -30,11 +31,14 @@ def test_process_device_policy(nproc, num_gpus):
         assert backends == {'gloo'}
         assert all(device == torch.device('cpu') for _, device, _ in picks)
         note, = notes
-        if num_gpus == 0:
-            assert note is None  # a CPU machine: nothing surprising to report
-        else:
+        if num_gpus == 0 and nproc <= 2:
+            assert note is None  # one core per process: nothing surprising to report
+        if num_gpus:
             assert f'Only {num_gpus} GPU(s) for {nproc} processes' in note
-            assert 'gloo' in note and '\n' not in note
+            assert 'gloo' in note
+        if nproc > 2:  # more processes than the 2 cores: said, not hidden
+            assert f'{nproc} processes on 2 CPU cores: oversubscribed' in note
+        assert note is None or '\n' not in note
 
 
 def test_process_device_reads_the_gpu_count_when_not_given(monkeypatch):
@@ -64,6 +68,35 @@ def test_get_devices_with_simulated_gpus(monkeypatch, capsys, num_gpus, k, expec
     assert printed[0].endswith(', '.join(expected))
 
 
+@pytest.mark.parametrize('k, cores, share', [
+    (2, 2, '(one core each)'),
+    (4, 2, '(one core each, 4 > 2 cores: oversubscribed)'),
+])
+def test_cpu_devices_are_one_core_each(monkeypatch, capsys, k, cores, share):
+    """The CPU device model: each stand-in device computes with one thread."""
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: 0)
+    monkeypatch.setattr(dp.devices, 'cpu_cores', lambda: cores)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        dp.get_devices(k)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+    assert share in capsys.readouterr().out
+
+
+def test_gpu_devices_keep_the_cpu_threads(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: 2)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        dp.get_devices(2)
+        assert torch.get_num_threads() == 2  # the CPU only feeds the GPUs
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_get_devices_quiet(monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, 'device_count', lambda: 2)
     assert dp.get_devices(2, verbose=False) == [torch.device('cuda', i) for i in (0, 1)]
@@ -83,15 +116,19 @@ class Recorder:
 @pytest.fixture
 def fake_cuda_setup(monkeypatch):
     """train_ddp.setup with a simulated GPU count and a recorded process group."""
-    init, set_device = Recorder(), Recorder()
+    init, set_device, set_threads = Recorder(), Recorder(), Recorder()
     monkeypatch.setattr(train_ddp.dist, 'init_process_group', init)
     monkeypatch.setattr(torch.cuda, 'set_device', set_device)
+    monkeypatch.setattr(torch, 'set_num_threads', set_threads)  # kept from this process
+    monkeypatch.setattr(dp.devices, 'cpu_cores', lambda: 2)
 
     def run(num_gpus, local_rank, local_world_size):
         monkeypatch.setattr(torch.cuda, 'device_count', lambda: num_gpus)
         monkeypatch.setenv('LOCAL_RANK', str(local_rank))
         monkeypatch.setenv('LOCAL_WORLD_SIZE', str(local_world_size))
-        return train_ddp.setup()
+        device = train_ddp.setup()
+        run.threads = [args for args, _ in set_threads.calls]
+        return device
     return run, init, set_device
 
 
@@ -117,11 +154,17 @@ def test_setup_with_a_gpu_per_process_binds_nccl_to_its_gpu(fake_cuda_setup, cap
     assert device == torch.device('cuda', 1)
     assert set_device.calls == [((torch.device('cuda', 1),), {})]
     assert init.calls == [(('nccl',), {'device_id': torch.device('cuda', 1)})]
+    assert run.threads == []  # a GPU process keeps its CPU threads for feeding the GPU
     assert capsys.readouterr().out == ''
 
 
-def test_setup_on_a_cpu_machine_is_silent_gloo(fake_cuda_setup, capsys):
+@pytest.mark.parametrize('nproc, line', [
+    (2, []),  # one core per process: nothing to report
+    (4, ['4 processes on 2 CPU cores: oversubscribed, they share cores.'])])
+def test_setup_on_a_cpu_machine_is_gloo_with_one_core_each(fake_cuda_setup, capsys,
+                                                           nproc, line):
     run, init, set_device = fake_cuda_setup
-    assert run(num_gpus=0, local_rank=0, local_world_size=4) == torch.device('cpu')
+    assert run(num_gpus=0, local_rank=0, local_world_size=nproc) == torch.device('cpu')
     assert init.calls == [(('gloo',), {})] and set_device.calls == []
-    assert capsys.readouterr().out == ''
+    assert run.threads == [(1,)]  # the CPU device model: one intra-op thread
+    assert capsys.readouterr().out.splitlines() == line

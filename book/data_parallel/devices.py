@@ -11,6 +11,12 @@ The book's one policy when a job asks for more devices than the machine has GPUs
   saying so. No job stops with a CUDA error for want of GPUs. Each machine decides for
   itself, so the machines of one job need a GPU per process each (or all hide their GPUs
   with CUDA_VISIBLE_DEVICES=), or they would choose different backends.
+
+On a machine without a GPU, a stand-in device is **one CPU core**: every device (a
+process of a DDP job, a thread of the improved trainer, and the one device of a
+baseline) computes with one intra-op thread (``use_one_core``). Up to as many devices as
+there are cores then run in parallel, as GPUs would; more devices than cores are
+oversubscribed (they share cores), and the device line says so.
 """
 import os
 import time
@@ -24,6 +30,18 @@ def describe_environment():
     hardware = (f'{len(gpus)} GPU(s): {", ".join(gpus)}' if gpus
                 else f'no GPU, {os.cpu_count()} CPU cores')
     print(f'PyTorch {torch.__version__}; {hardware}')
+
+
+def cpu_cores():
+    """Cores this process may run on (a container or taskset may allow fewer than exist)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (
+        os.cpu_count() or 1)
+
+
+def use_one_core(device):
+    """The CPU device model: a device on the CPU computes with one intra-op thread."""
+    if device.type == 'cpu':
+        torch.set_num_threads(1)
 
 
 def _check_count(k, name='k'):
@@ -40,31 +58,39 @@ def get_devices(k=None, verbose=True):
     pool = gpus or [torch.device('cpu')]
     k = len(pool) if k is None else k
     devices = [pool[i % len(pool)] for i in range(k)]
+    use_one_core(devices[0])
     if verbose:
         print(describe_devices(devices, num_gpus=len(gpus)))
     return devices
 
 
-def describe_devices(devices, num_gpus):
+def describe_devices(devices, num_gpus, cores=None):
     """One line saying which devices run the k replicas and what stands in for what."""
     names = ', '.join(str(d) for d in devices)
     if num_gpus >= len(devices):
         return f'{len(devices)} device(s), one GPU each: {names}'
     if num_gpus == 0:
-        return f'No GPU: the CPU stands in for {len(devices)} device(s): {names}'
+        k, cores = len(devices), cores or cpu_cores()
+        share = (f'one core each, {k} > {cores} cores: oversubscribed' if k > cores
+                 else 'one core each')
+        return f'No GPU: the CPU stands in for {k} device(s) ({share}): {names}'
     return f'Only {num_gpus} GPU(s): they take turns as {len(devices)} devices: {names}'
 
 
-def process_device(local_rank, local_world_size, num_gpus=None):
+def process_device(local_rank, local_world_size, num_gpus=None, cores=None):
     """(backend, device, note) of one of local_world_size processes on this machine."""
     num_gpus = torch.cuda.device_count() if num_gpus is None else num_gpus
     if num_gpus >= local_world_size:
         return 'nccl', torch.device('cuda', local_rank), None
-    note = None
+    cores = cores or cpu_cores()
+    notes = []
     if num_gpus:  # some GPUs, but not one per process: the CPU runs them all
-        note = (f'Only {num_gpus} GPU(s) for {local_world_size} processes on this machine: '
-                'every process runs on the CPU with gloo.')
-    return 'gloo', torch.device('cpu'), note
+        notes.append(f'Only {num_gpus} GPU(s) for {local_world_size} processes on this '
+                     'machine: every process runs on the CPU with gloo.')
+    if local_world_size > cores:  # one core per process is the model; say when it fails
+        notes.append(f'{local_world_size} processes on {cores} CPU cores: oversubscribed, '
+                     'they share cores.')
+    return 'gloo', torch.device('cpu'), ' '.join(notes) or None
 
 
 def synchronize(devices):

@@ -18,7 +18,6 @@ prints one line `RESULT <json>`; `run` below launches torchrun and parses it.
 """
 import argparse
 import json
-import os
 import statistics
 import time
 
@@ -31,11 +30,10 @@ from . import launch, train_ddp
 from .cli import at_least, positive_float
 
 
-def setup():
-    """Join the process group as train_ddp.py does; give each process its share of the cores."""
-    device = train_ddp.setup()
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // dist.get_world_size()))
-    return device
+def say(line):
+    """Rank 0 prints a line as soon as a measurement is done (the others stay quiet)."""
+    if dist.get_rank() == 0:
+        print(line, flush=True)
 
 
 def timed(fn, device, repeats):
@@ -81,6 +79,8 @@ def allreduce(args, device):
         for name, fn in fns.items():
             seconds[name].append(timed(lambda: fn(x), device, 1))
     seconds = {name: statistics.median(s) for name, s in seconds.items()}
+    say(f'allreduce of {n * 4 / 1e6:.0f} MB, k = {k} ({dist.get_backend()}): '
+        + ', '.join(f'{name} {s * 1e3:.1f} ms' for name, s in seconds.items()))
     return {'k': k, 'backend': dist.get_backend(), 'megabytes': n * 4 / 1e6, 'num_values': n, 'checked': True,
             'seconds': seconds,
             'algbw': {name: n * 4 / s for name, s in seconds.items()},  # bytes/s of data
@@ -159,6 +159,8 @@ def train(args, device):
             seconds = timed(run, device, 1) / args.steps
             record[impl] = {'step_seconds': seconds,
                             'examples_per_second': global_batch / seconds}
+            say(f'k = {k}, global batch {global_batch}, {impl}: '
+                f'{seconds * 1e3:.1f} ms per step')
             finals[impl] = [p.cpu() for p in params()]
         trained = [i for i in args.impls if i != 'compute']
         if len(trained) > 1:  # every implementation reached the same parameters
@@ -184,7 +186,7 @@ def main():
     t.add_argument('--impls', nargs='+', default=['compute', 'ddp'],
                    choices=['compute', 'ddp', 'flat', 'ring', 'overlap'])
     args = parser.parse_args()
-    device = setup()
+    device = train_ddp.setup()  # the book's device policy; one core per process
     try:
         result = (allreduce if args.mode == 'allreduce' else train)(args, device)
         if dist.get_rank() == 0:
@@ -195,10 +197,19 @@ def main():
 
 # --- Launching (used by the chapter and the benchmark) -------------------------------
 
-def run(nproc, *args, timeout=600):
-    """torchrun this module with nproc processes on this machine; return rank 0's result."""
+def _print_progress(line):
+    if not line.startswith('RESULT '):
+        print(line, end='', flush=True)
+
+
+def run(nproc, *args, timeout=600, echo=True):
+    """torchrun this module with nproc processes on this machine; return rank 0's result.
+
+    Rank 0's line for each measurement is printed as it finishes (echo=False: quiet).
+    """
     command = launch.torchrun_command(args, nproc=nproc, module=__name__)
-    out, = launch.launch(command, timeout=timeout)  # kills every worker it started
+    out, = launch.launch(command, timeout=timeout,  # kills every worker it started
+                         echo=_print_progress if echo else None)
     lines = [line for line in out.splitlines() if line.startswith('RESULT ')]
     if not lines:
         tail = '\n'.join(out.strip().splitlines()[-15:])

@@ -207,6 +207,7 @@ def setup():
     backend, device, note = devices.process_device(local_rank, local_world_size)
     if note and local_rank == 0:
         print(note, flush=True)
+    devices.use_one_core(device)  # on the CPU, a process is one device: one core
     if device.type == 'cuda':
         torch.cuda.set_device(device)
         dist.init_process_group(backend, device_id=device)
