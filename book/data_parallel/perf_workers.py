@@ -13,10 +13,13 @@ evenly), then times the three on one buffer of --mb megabytes. `train` times LeN
 on in-memory batches: `compute` is forward and backward alone (no communication), `ddp`
 is DistributedDataParallel, `flat` backward then one all_reduce of a flat gradient
 buffer, `ring` the same with the ring allreduce, `overlap` an all_reduce per parameter
-started by a gradient hook as soon as backward has produced that gradient. Rank 0
-prints one line `RESULT <json>`; `run` below launches torchrun and parses it.
+started by a gradient hook as soon as backward has produced that gradient, and `nosync`
+the DDP step inside `no_sync()`, which skips its allreduce (DDP without communication).
+Rank 0 prints one line per measurement as it finishes, then `RESULT <json>`; `run`
+below launches torchrun, streams those lines and parses the result.
 """
 import argparse
+import contextlib
 import json
 import statistics
 import time
@@ -69,7 +72,7 @@ def check_allreduce(device):
 def allreduce(args, device):
     k = dist.get_world_size()
     check_allreduce(device)
-    n = int(args.mb * 1e6 / 4)
+    n = max(1, round(args.mb * 1e6 / 4))  # values of 4 bytes
     x = torch.ones(n, device=device)
     fns = {'star': dp.star_allreduce, 'ring': dp.ring_allreduce, 'torch': dist.all_reduce}
     for fn in fns.values():  # warm up connections and buffers
@@ -103,16 +106,19 @@ def shards(X, y, global_batch, steps, device):
 
 def make_step(impl, device, global_batch, lr):
     """(step function, parameter getter) for one implementation, from the same init."""
-    if impl == 'ddp':
+    if impl in ('ddp', 'nosync'):
         model = train_ddp.LeNet().to(device)  # the from-scratch LeNet as a module
         ddp = nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == 'cuda' else None)
         opt = torch.optim.SGD(model.parameters(), lr=lr)
         loss_fn = nn.CrossEntropyLoss()  # mean over the shard; DDP averages over ranks
+        # no_sync() skips DDP's allreduce: the same step without its communication
+        sync = ddp.no_sync if impl == 'nosync' else contextlib.nullcontext
 
         def step(X, y):
             opt.zero_grad()
-            loss_fn(ddp(X), y).backward()
+            with sync():
+                loss_fn(ddp(X), y).backward()
             opt.step()
         return step, lambda: [p.detach() for p in model.parameters()]
 
@@ -162,7 +168,7 @@ def train(args, device):
             say(f'k = {k}, global batch {global_batch}, {impl}: '
                 f'{seconds * 1e3:.1f} ms per step')
             finals[impl] = [p.cpu() for p in params()]
-        trained = [i for i in args.impls if i != 'compute']
+        trained = [i for i in args.impls if i not in ('compute', 'nosync')]
         if len(trained) > 1:  # every implementation reached the same parameters
             record['max_difference'] = max(
                 (a - b).abs().max().item() for impl in trained[1:]
@@ -184,7 +190,7 @@ def main():
     t.add_argument('--warmup', type=at_least(0, int), default=3)
     t.add_argument('--lr', type=positive_float, default=0.2)
     t.add_argument('--impls', nargs='+', default=['compute', 'ddp'],
-                   choices=['compute', 'ddp', 'flat', 'ring', 'overlap'])
+                   choices=['compute', 'nosync', 'ddp', 'flat', 'ring', 'overlap'])
     args = parser.parse_args()
     device = train_ddp.setup()  # the book's device policy; one core per process
     try:

@@ -1,0 +1,36 @@
+"""The performance chapter's multi-process measurements, in a tiny configuration."""
+import pytest
+import torch
+
+import data_parallel as dp
+from data_parallel import perf_workers
+
+pytestmark = pytest.mark.skipif(torch.cuda.device_count() >= 2,
+                                reason='checks the CPU device model (gloo, one core)')
+
+
+def test_train_records_every_variant_and_streams_one_line_each(fashion_root, capsys):
+    records = perf_workers.run(2, 'train', '--global-batch', 64, 96, '--steps', 2,
+                               '--warmup', 1, '--impls', 'nosync', 'ddp', 'flat',
+                               timeout=300)
+    lines = capsys.readouterr().out.splitlines()
+    assert [r['global_batch'] for r in records] == [64, 96]
+    for record in records:
+        assert record['k'] == 2 and record['backend'] == 'gloo'
+        assert record['threads'] == 1  # the CPU device model: one core per process
+        assert record['per_device'] == record['global_batch'] // 2
+        for impl in ('nosync', 'ddp', 'flat'):
+            assert record[impl]['step_seconds'] > 0
+        # DDP and the flat buffer reach the same parameters; nosync (no allreduce) is
+        # left out, as each process trained on its own shard only
+        assert record['max_difference'] < 1e-5
+    measured = [line for line in lines if ' ms per step' in line]
+    assert len(measured) == 6 and not any(line.startswith('RESULT') for line in lines)
+
+
+def test_allreduce_at_lenets_size_is_exact(capsys):
+    num_values = sum(p.numel() for p in dp.init_lenet_params())
+    result = perf_workers.run(2, 'allreduce', '--mb', num_values * 4 / 1e6,
+                              '--repeats', 1, timeout=300, echo=False)
+    assert result['checked'] and result['num_values'] == num_values
+    assert capsys.readouterr().out == ''  # echo=False: quiet
