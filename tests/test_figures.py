@@ -240,7 +240,7 @@ BOOK_CALLS = {  # the figures as the chapters draw them
                                           '2 devices': [0.5, 0.72, 0.81]}),
     'scaling': lambda: dp.plot_scaling([1, 2, 4], {
         'strong scaling (batch 256)': [1, 2, 3],
-        'weak scaling (128 per device)': [1, 2, 4]}),
+        'weak scaling (128 per device)': [1, 2, 4]}, cores=2),
     'ring allreduce': figures.plot_ring_allreduce,
     'LeNet shapes': figures.plot_lenet_shapes,
 }
@@ -271,6 +271,20 @@ def test_book_figure_files_are_generated_by_code():
             f"{path} is stale: run .venv/bin/python -c " \
             "\"import data_parallel.figures as f; f.write_book_figures('book')\""
         assert '<dc:date>' not in path.read_text(encoding='utf-8')
+
+
+@pytest.mark.parametrize('cores, marked', [(2, True), (4, False), (None, False)])
+def test_scaling_marks_the_cores_only_inside_the_plot(cores, marked):
+    """A dotted line at the core count when more devices than cores were measured."""
+    fig = dp.plot_scaling([1, 2, 4], {'strong': [1.0, 1.9, 2.0]}, cores=cores)
+    ax, = fig.axes
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    label = f'{cores} CPU cores: more devices share them'
+    assert (label in lines) == marked
+    if marked:
+        assert list(lines[label].get_xdata()) == [2, 2]
+    assert list(lines['strong'].get_ydata()) == [1.0, 1.9, 2.0]
+    assert list(lines['strong: ideal'].get_ydata()) == [1.0, 2.0, 4.0]
 
 
 def test_allreduce_formats_floats():

@@ -266,8 +266,12 @@ def plot_accuracy(runs, num_epochs=None):
     return fig
 
 
-def plot_scaling(num_devices, runs):
-    """Throughput against the number of devices; each run next to its ideal, dashed."""
+def plot_scaling(num_devices, runs, cores=None):
+    """Throughput against the number of devices; each run next to its ideal, dashed.
+
+    cores: on a CPU-only machine, where a device is one core, the number of cores, drawn
+    as a vertical line: beyond it the devices share cores.
+    """
     from matplotlib import pyplot as plt
     fig, ax = plt.subplots(figsize=(6, 3), layout='constrained', dpi=FIGURE_DPI)
     for label, throughputs in runs.items():
@@ -275,6 +279,9 @@ def plot_scaling(num_devices, runs):
         ideal = [throughputs[0] * k / num_devices[0] for k in num_devices]
         ax.plot(num_devices, ideal, linestyle='--', color=line.get_color(),
                 label=f'{label}: ideal')
+    if cores is not None and cores < max(num_devices):
+        ax.axvline(cores, color='0.4', linestyle=':',
+                   label=f'{cores} CPU cores: more devices share them')
     ax.set(xlabel='number of devices (processes)', ylabel='examples per second',
            xticks=list(num_devices), ylim=(0, None))
     ax.grid(alpha=0.3)
