@@ -14,12 +14,31 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 
+def coalesce_streams(cell):
+    """Merge neighbouring stdout (or stderr) outputs into one, as the cell looked when done.
+
+    A cell that prints line by line while it runs (an epoch, a measurement) produces one
+    output per flush; stored merged, the page shows one block of text, not one per line.
+    """
+    merged = []
+    for output in cell.get('outputs', []):
+        if (output.output_type == 'stream' and merged
+                and merged[-1].output_type == 'stream' and merged[-1].name == output.name):
+            merged[-1].text += output.text
+        else:
+            merged.append(output)
+    cell.outputs = merged
+
+
 def execute(path):
     """Execute one notebook in place; return the seconds it took."""
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
     NotebookClient(nb, timeout=3600, kernel_name='python3', record_timing=False,
                    resources={'metadata': {'path': str(path.parent)}}).execute()
+    for cell in nb.cells:
+        if cell.cell_type == 'code':
+            coalesce_streams(cell)
     nbformat.write(nb, path)
     return time.perf_counter() - start
 

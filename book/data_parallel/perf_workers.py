@@ -82,7 +82,7 @@ def allreduce(args, device):
         for name, fn in fns.items():
             seconds[name].append(timed(lambda: fn(x), device, 1))
     seconds = {name: statistics.median(s) for name, s in seconds.items()}
-    say(f'allreduce of {n * 4 / 1e6:.0f} MB, k = {k} ({dist.get_backend()}): '
+    say(f'allreduce of {n * 4 / 1e6:.3g} MB, k = {k} ({dist.get_backend()}): '
         + ', '.join(f'{name} {s * 1e3:.1f} ms' for name, s in seconds.items()))
     return {'k': k, 'backend': dist.get_backend(), 'megabytes': n * 4 / 1e6, 'num_values': n, 'checked': True,
             'seconds': seconds,

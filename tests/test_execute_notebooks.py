@@ -1,0 +1,32 @@
+"""make execute stores each cell as it looked when done: lines printed one by one while
+it ran are one block of output, not one per flush."""
+import importlib.util
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_notebook
+
+from data_parallel import paths
+
+spec = importlib.util.spec_from_file_location(
+    'execute_notebooks', paths.repo_root() / 'scripts' / 'execute_notebooks.py')
+execute_notebooks = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(execute_notebooks)
+
+LIVE = '''import sys, time
+for epoch in range(3):
+    print(f'epoch {epoch + 1}', flush=True)
+    time.sleep(0.3)  # the kernel sends each line on its own
+print('a warning', file=sys.stderr, flush=True)
+time.sleep(0.3)
+print('done')'''
+
+
+def test_lines_printed_while_running_are_stored_as_one_output(tmp_path):
+    path = tmp_path / 'live.ipynb'
+    nbformat.write(new_notebook(cells=[new_code_cell(LIVE)]), path)
+    execute_notebooks.execute(path)
+    outputs = nbformat.read(path, as_version=4).cells[0].outputs
+    assert [(o.output_type, o.name, o.text) for o in outputs] == [
+        ('stream', 'stdout', 'epoch 1\nepoch 2\nepoch 3\n'),
+        ('stream', 'stderr', 'a warning\n'),
+        ('stream', 'stdout', 'done\n')]
