@@ -33,7 +33,7 @@ def describe_environment():
 
 
 def cpu_cores():
-    """Cores this process may run on (a container or taskset may allow fewer than exist)."""
+    """Cores this process may run on (a container or taskset may allow fewer)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (
         os.cpu_count() or 1)
 
@@ -47,11 +47,12 @@ def use_one_core(device):
 def _check_count(k, name='k'):
     """Raise ValueError unless k is a whole number >= 1."""
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f'{name}={k!r}: ask for a whole number of devices, at least 1.')
+        raise ValueError(f'{name}={k!r}: ask for a whole number of devices, '
+                         'at least 1.')
 
 
 def get_devices(k=None, verbose=True):
-    """Return k devices: real GPUs when there are enough, otherwise reuse what exists."""
+    """Return k devices: real GPUs when there are enough, else reuse what exists."""
     if k is not None:
         _check_count(k)
     gpus = [torch.device(f'cuda:{i}') for i in range(torch.cuda.device_count())]
@@ -88,8 +89,8 @@ def process_device(local_rank, local_world_size, num_gpus=None, cores=None):
         notes.append(f'Only {num_gpus} GPU(s) for {local_world_size} processes on this '
                      'machine: every process runs on the CPU with gloo.')
     if local_world_size > cores:  # one core per process is the model; say when it fails
-        notes.append(f'{local_world_size} processes on {cores} CPU cores: oversubscribed, '
-                     'they share cores.')
+        notes.append(f'{local_world_size} processes on {cores} CPU cores: '
+                     'oversubscribed, they share cores.')
     return 'gloo', torch.device('cpu'), ' '.join(notes) or None
 
 

@@ -27,7 +27,8 @@ def free_port():
         return s.getsockname()[1]
 
 
-def torchrun_command(module_args=(), nproc=2, max_restarts=0, module=TRAINER, script=None):
+def torchrun_command(module_args=(), nproc=2, max_restarts=0, module=TRAINER,
+                     script=None):
     """(environment, argv) for torchrun on this machine; --standalone finds a free port.
 
     torchrun starts `python -m module`, or the file `script` when one is given.
@@ -53,7 +54,7 @@ def multinode_command(node_rank, addr, port, ifname, module_args=(), nnodes=2, n
 
 
 def show_command(env, argv, width=88):
-    """The command as one would type it in a shell, broken into lines of at most width."""
+    """The command as typed in a shell, broken into lines of at most width columns."""
     words = ['torchrun'] + argv[3:]  # argv starts: python -m torch.distributed.run
     words = [f'{k}={v}' for k, v in env.items()] + words
     lines, line = [], ''
@@ -73,17 +74,18 @@ _LAUNCHER_BANNER = ('*****', 'Setting OMP_NUM_THREADS')  # torchrun's note on th
 def _what_the_workers_said(out, err, lines=15):
     """The end of a failed job's output, without torchrun's own report that follows."""
     err = err.splitlines()
-    end = next((i for i, line in enumerate(err) if _LAUNCHER_REPORT.match(line)), len(err))
+    end = next((i for i, line in enumerate(err) if _LAUNCHER_REPORT.match(line)),
+               len(err))
     said = [line for line in out.splitlines() + err[:end]
             if line.strip() and not line.startswith(_LAUNCHER_BANNER)]
     return '\n'.join(said[-lines:])
 
 
 def _read_lines(procs, echo, deadline):
-    """Collect every process's stdout and stderr; pass the first one's stdout lines to echo.
+    """Collect every process's stdout and stderr; pass the first stdout's lines to echo.
 
-    One loop over the pipes (no threads), so the lines reach echo in the caller's thread,
-    which is the thread whose output a notebook cell shows.
+    One loop over the pipes (no threads), so the lines reach echo in the caller's
+    thread, which is the thread whose output a notebook cell shows.
     """
     selector = selectors.DefaultSelector()
     texts = [[[], []] for _ in procs]
@@ -94,7 +96,7 @@ def _read_lines(procs, echo, deadline):
             selector.register(pipe, selectors.EVENT_READ, (i, j))
     while selector.get_map():
         if all(p.poll() is not None for p in procs):
-            _kill(procs)  # the launchers are gone: end the workers that still hold a pipe
+            _kill(procs)  # the launchers are gone: end workers that still hold a pipe
         left = deadline - time.monotonic()
         if left <= 0:
             return None
@@ -144,9 +146,9 @@ def launch(*commands, env=None, timeout=900, echo=False):
     try:
         for command in commands:
             extra, argv = command if isinstance(command, tuple) else ({}, command)
-            procs.append(subprocess.Popen(argv, cwd=work_dir(), env={**env, **extra},
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                          start_new_session=True))
+            procs.append(subprocess.Popen(
+                argv, cwd=work_dir(), env={**env, **extra}, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, start_new_session=True))
         deadline = time.monotonic() + timeout
         outputs = _read_lines(procs, echo, deadline)
         for p in procs:

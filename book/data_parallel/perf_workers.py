@@ -3,7 +3,8 @@
 Start with torchrun, one process per device (the book's policy picks NCCL on GPUs or
 gloo on the CPU), with MULTIGPU_DATA set:
 
-    torchrun --standalone --nproc-per-node=2 -m data_parallel.perf_workers allreduce --mb 25
+    torchrun --standalone --nproc-per-node=2 -m data_parallel.perf_workers allreduce \\
+        --mb 25
     torchrun --standalone --nproc-per-node=2 -m data_parallel.perf_workers train \\
         --global-batch 256 --steps 20 --impls compute ddp flat overlap ring
 
@@ -58,7 +59,8 @@ def check_allreduce(device):
     """Star and ring equal dist.all_reduce exactly on integer-valued tensors."""
     rank = dist.get_rank()
     for n in (1, 5, 1000, 1001, 129_068):
-        x = torch.randint(-50, 50, (n,), generator=torch.Generator().manual_seed(rank + n))
+        generator = torch.Generator().manual_seed(rank + n)
+        x = torch.randint(-50, 50, (n,), generator=generator)
         x = x.float().to(device)
         expected = x.clone()
         dist.all_reduce(expected)
@@ -74,7 +76,8 @@ def allreduce(args, device):
     check_allreduce(device)
     n = max(1, round(args.mb * 1e6 / 4))  # values of 4 bytes
     x = torch.ones(n, device=device)
-    fns = {'star': dp.star_allreduce, 'ring': dp.ring_allreduce, 'torch': dist.all_reduce}
+    fns = {'star': dp.star_allreduce, 'ring': dp.ring_allreduce,
+           'torch': dist.all_reduce}
     for fn in fns.values():  # warm up connections and buffers
         fn(x)
     seconds = {name: [] for name in fns}
@@ -84,9 +87,10 @@ def allreduce(args, device):
     seconds = {name: statistics.median(s) for name, s in seconds.items()}
     say(f'allreduce of {n * 4 / 1e6:.3g} MB, k = {k} ({dist.get_backend()}): '
         + ', '.join(f'{name} {s * 1e3:.1f} ms' for name, s in seconds.items()))
-    return {'k': k, 'backend': dist.get_backend(), 'megabytes': n * 4 / 1e6, 'num_values': n, 'checked': True,
+    return {'k': k, 'backend': dist.get_backend(), 'megabytes': n * 4 / 1e6,
+            'num_values': n, 'checked': True,
             'seconds': seconds,
-            'algbw': {name: n * 4 / s for name, s in seconds.items()},  # bytes/s of data
+            'algbw': {name: n * 4 / s for name, s in seconds.items()},  # data, bytes/s
             'busbw': {name: 2 * (k - 1) / k * n * 4 / s for name, s in seconds.items()}}
 
 
@@ -151,7 +155,8 @@ def train(args, device):
     results = []
     for global_batch in args.global_batch:
         batches = shards(X, y, global_batch, args.warmup + args.steps, device)
-        record = {'k': k, 'backend': dist.get_backend(), 'global_batch': global_batch, 'per_device': global_batch // k,
+        record = {'k': k, 'backend': dist.get_backend(), 'global_batch': global_batch,
+                  'per_device': global_batch // k,
                   'steps': args.steps, 'threads': torch.get_num_threads()}
         finals = {}
         for impl in args.impls:
@@ -209,7 +214,7 @@ def _print_progress(line):
 
 
 def run(nproc, *args, timeout=600, echo=True):
-    """torchrun this module with nproc processes on this machine; return rank 0's result.
+    """torchrun this module with nproc processes on this machine; rank 0's result.
 
     Rank 0's line for each measurement is printed as it finishes (echo=False: quiet).
     """
