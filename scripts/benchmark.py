@@ -1,20 +1,21 @@
 """Where the time goes: one table of ratios, measured in one run on this machine.
 
-From the repository's root (about 4 minutes on 2 CPU cores):
+From the repository's root (about 4 minutes on 2 CPU cores; or: make benchmark):
 
-    MULTIGPU_DATA=/path/to/data .venv/bin/python scripts/benchmark.py     (or: make benchmark)
+    MULTIGPU_DATA=/path/to/data .venv/bin/python scripts/benchmark.py
 
-MULTIGPU_DATA names the folder that holds FashionMNIST/raw/. On a machine without a GPU a
-device is one CPU core (the book's device model, dp.use_one_core): every device, process
-or thread computes with one intra-op thread, the 1-device baselines too. The script
-measures, in this process, with k = 2 devices:
+MULTIGPU_DATA names the folder that holds FashionMNIST/raw/. On a machine without a
+GPU a device is one CPU core (the book's device model, dp.use_one_core): every device,
+process or thread computes with one intra-op thread, the 1-device baselines too. The
+script measures, in this process, with k = 2 devices:
 
-- the data pipeline: one epoch of iteration over dp.per_image_loader(256), the article's
-  pipeline (torchvision + a PIL-to-tensor conversion per image, 4 worker processes), against
-  dp.load_fashion_mnist(256) (the data set held in memory as two tensors);
-- the training step: the article's loop (dp.train_batch) fed by the per-image loader and by
-  in-memory batches, and the improved loop (dp.train_batch_flat, flat buffers, one
-  thread per device) on 1 and 2 devices, against the bare forward/backward passes;
+- the data pipeline: one epoch of iteration over dp.per_image_loader(256), the
+  article's pipeline (torchvision + a PIL-to-tensor conversion per image, 4 worker
+  processes), against dp.load_fashion_mnist(256) (the data set held in memory as two
+  tensors);
+- the training step: the article's loop (dp.train_batch) fed by the per-image loader
+  and by in-memory batches, and the improved loop (dp.train_batch_flat, flat buffers,
+  one thread per device) on 1 and 2 devices, against the bare forward/backward passes;
 
 and it launches these itself, with torchrun (gloo on the CPU, NCCL on GPUs):
 
@@ -47,7 +48,7 @@ from data_parallel.cli import at_least
 
 BATCH, LR, K = 256, 0.2, 2
 NUM_VALUES = sum(p.numel() for p in dp.init_lenet_params())
-LENET_MB = NUM_VALUES * 4 / 1e6  # LeNet's gradient in megabytes: what DDP sends per step
+LENET_MB = NUM_VALUES * 4 / 1e6  # LeNet's gradient in MB: what DDP sends per step
 
 
 def seconds(fn):
@@ -71,7 +72,7 @@ def step_all(batches_iter, n, step):
 
 
 def ddp_runs(n):
-    """DDP and compute-only steps, one core per process: strong scaling for k = 1, 2, 4."""
+    """DDP and compute-only steps, one core per process: strong scaling, k = 1, 2, 4."""
     return {k: perf_workers.run(k, 'train', '--global-batch', BATCH, '--steps', n,
                                 '--impls', 'compute', 'nosync', 'ddp')[0]
             for k in (1, 2, 4)}
@@ -84,7 +85,7 @@ def allreduce_runs():
 
 
 def predicted_step(compute, k, allreduce):
-    """The cost model of chapter 8, filled with the allreduce measured at LeNet's size."""
+    """Chapter 8's cost model, filled with the allreduce measured at LeNet's size."""
     return dp.step_seconds(compute, NUM_VALUES, k, allreduce['busbw']['torch'])
 
 
@@ -103,7 +104,7 @@ def main():
     print(f'load average before: {os.getloadavg()[0]:.2f} (1 minute), '
           f'{torch.get_num_threads()} intra-op thread(s)', flush=True)
 
-    our_train, _ = dp.load_fashion_mnist(BATCH)  # first: a clear error if the data is missing
+    our_train, _ = dp.load_fashion_mnist(BATCH)  # first: one clear error if no data
     image_train = dp.per_image_loader(BATCH)
     batches = []  # pre-loaded, shuffled, already split per device
     for X, y in our_train:
@@ -139,7 +140,8 @@ def main():
         'passes only, one thread per device': passes_threads,
         "article's loop, per-image loader": lambda: step_all(image_train, n, article),
         "article's loop, in-memory batches": lambda: step_all(our_train, n, article),
-        'improved loop (in-memory, flat, threads)': lambda: step_all(our_train, n, improved),
+        'improved loop (in-memory, flat, threads)':
+            lambda: step_all(our_train, n, improved),
         'improved loop, k = 1': lambda: step_all(our_train, n, improved_1),
     }
     passes_threads()  # warm up every code path once
@@ -165,7 +167,8 @@ def main():
     rows = [
         ('Data pipeline', None, None, None),
         ('our loader: epoch time of per-image / ours',
-         t['per-image loader, one epoch'] / t['our loader, one epoch'], '>= 10', lambda x: x >= 10),
+         t['per-image loader, one epoch'] / t['our loader, one epoch'],
+         '>= 10', lambda x: x >= 10),
         (f'Scaling, one core per device, batch {BATCH} (throughput k = 2 / k = 1)',
          None, None, None),
         (f'DDP ({ddp[2]["backend"]}, processes)', rate[2] / rate[1], '>= 1.5',
@@ -173,30 +176,38 @@ def main():
         ('improved from-scratch loop (threads)',
          t['improved loop, k = 1'] / t['improved loop (in-memory, flat, threads)'],
          '>= 1.5', lambda x: x >= 1.5),
-        (f'Training, k = {K}, batch {BATCH}, {n} batches (time / passes only)', None, None, None),
+        (f'Training, k = {K}, batch {BATCH}, {n} batches (time / passes only)',
+         None, None, None),
         ("article's loop, per-image loader / passes (one after the other)",
-         t["article's loop, per-image loader"] / t['passes only, one device after the other'],
+         (t["article's loop, per-image loader"]
+          / t['passes only, one device after the other']),
          '(1.26 before)', None),
         ("article's loop, in-memory / passes (one after the other)",
-         t["article's loop, in-memory batches"] / t['passes only, one device after the other'],
+         (t["article's loop, in-memory batches"]
+          / t['passes only, one device after the other']),
          '(0.98 before)', None),
         ('improved loop / passes (threads)',
-         t['improved loop (in-memory, flat, threads)'] / t['passes only, one thread per device'],
+         (t['improved loop (in-memory, flat, threads)']
+          / t['passes only, one thread per device']),
          '<= 1.05', lambda x: x <= 1.05),
         ('passes: threads / one after the other',
-         t['passes only, one thread per device'] / t['passes only, one device after the other'],
+         (t['passes only, one thread per device']
+          / t['passes only, one device after the other']),
          '', None),
         (f'improved loop: throughput / DDP ({ddp[2]["backend"]}, 2 processes)',
          improved_rate / rate[2], '>= 0.90', lambda x: x >= 0.90),
         ('improved loop: throughput / article loop (per-image loader)',
-         t["article's loop, per-image loader"] / t['improved loop (in-memory, flat, threads)'], '', None),
-        ('Allreduce of 25 MB (bandwidth / torch.distributed.all_reduce)', None, None, None),
+         (t["article's loop, per-image loader"]
+          / t['improved loop (in-memory, flat, threads)']), '', None),
+        ('Allreduce of 25 MB (bandwidth / torch.distributed.all_reduce)',
+         None, None, None),
     ]
     for k in (2, 4):
         bw = rings[k, 25]['algbw']
         rows += [(f'ring from scratch, k = {k}', bw['ring'] / bw['torch'], '>= 0.50',
                   lambda x: x >= 0.5),
-                 (f"star (the article's pattern), k = {k}", bw['star'] / bw['torch'], '', None)]
+                 (f"star (the article's pattern), k = {k}", bw['star'] / bw['torch'],
+                  '', None)]
     rows += [('Cost model, DDP step (predicted / measured - 1)', None, None, None)]
     rows += [(f'error at k = {k}', errors[k], 'within +-0.25', lambda x: abs(x) <= 0.25)
              for k in (2, 4)]
@@ -226,9 +237,11 @@ def main():
     for k, error in errors.items():
         compute = ddp[k]['nosync']['step_seconds']
         allreduce = rings[k, LENET_MB]['seconds']['torch']
-        print(f'   cost model, k = {k}: DDP without sync {compute * 1e3:.1f} ms + allreduce '
-              f'{allreduce * 1e3:.2f} ms = {(compute + allreduce) * 1e3:.1f} ms; measured '
-              f'{ddp[k]["ddp"]["step_seconds"] * 1e3:.1f} ms; error {100 * error:+.0f} %')
+        print(f'   cost model, k = {k}: DDP without sync {compute * 1e3:.1f} ms '
+              f'+ allreduce {allreduce * 1e3:.2f} ms '
+              f'= {(compute + allreduce) * 1e3:.1f} ms; '
+              f'measured {ddp[k]["ddp"]["step_seconds"] * 1e3:.1f} ms; '
+              f'error {100 * error:+.0f} %')
     print(f'load average after: {load_after:.2f} (1 minute), {dp.cpu_cores()} cores')
     pool.shutdown()
 

@@ -2,9 +2,9 @@
 HTML that the browser check (tests/browser) found in the stock Jupyter Book 1 stack.
 
 - sphinx-thebe 0.3.1 registers its inline configuration script
-  (`const THEBE_JS_URL = ...`) twice under Sphinx 7.4 (once with filename None, once with
-  ''), so every page threw "Identifier 'THEBE_JS_URL' has already been declared" in the
-  console. Identical scripts are dropped from each page, keeping the first.
+  (`const THEBE_JS_URL = ...`) twice under Sphinx 7.4 (once with filename None, once
+  with ''), so every page threw "Identifier 'THEBE_JS_URL' has already been declared"
+  in the console. Identical scripts are dropped from each page, keeping the first.
 - myst-nb gives a figure's image no alt text, so the HTML writer uses the file name (a
   hash). A figure whose image has no alt text of its own (cell metadata
   `mystnb: {image: {alt: ...}}`) gets its caption as alt text.

@@ -15,7 +15,7 @@ from nbclient.exceptions import CellExecutionError
 
 
 def coalesce_streams(cell):
-    """Merge neighbouring stdout (or stderr) outputs into one, as the cell looked when done.
+    """Merge neighbouring stdout (or stderr) outputs into one, as the cell ended up.
 
     A cell that prints line by line while it runs (an epoch, a measurement) produces one
     output per flush; stored merged, the page shows one block of text, not one per line.
@@ -23,7 +23,8 @@ def coalesce_streams(cell):
     merged = []
     for output in cell.get('outputs', []):
         if (output.output_type == 'stream' and merged
-                and merged[-1].output_type == 'stream' and merged[-1].name == output.name):
+                and merged[-1].output_type == 'stream'
+                and merged[-1].name == output.name):
             merged[-1].text += output.text
         else:
             merged.append(output)
@@ -52,8 +53,9 @@ def main(paths):
             sys.exit(f'{name}: no such notebook')
         try:
             print(f'{path}: executed in {execute(path):.0f} s', flush=True)
-        except CellExecutionError as error:  # the cell's own error, not nbclient's traceback
-            sys.exit(f'{path}: not saved, a cell failed with {error.ename}: {error.evalue}')
+        except CellExecutionError as error:  # the cell's own error, not a traceback
+            sys.exit(f'{path}: not saved, a cell failed with '
+                     f'{error.ename}: {error.evalue}')
 
 
 if __name__ == '__main__':

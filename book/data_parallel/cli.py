@@ -11,7 +11,8 @@ def at_least(minimum, kind):
             noun = 'a whole number' if kind is int else 'a number'
             raise argparse.ArgumentTypeError(f'{text!r} is not {noun}') from None
         if not value >= minimum or value != value:
-            raise argparse.ArgumentTypeError(f'{text} is too small: use at least {minimum}')
+            raise argparse.ArgumentTypeError(
+                f'{text} is too small: use at least {minimum}')
         return value
     return parse
 

@@ -39,24 +39,29 @@ def _check_files(raw, train):
         path = raw / name
         if path.is_file() and path.stat().st_size != size:
             raise DataUnavailableError(
-                f'{path} is damaged: {path.stat().st_size:,} bytes instead of {size:,}. '
+                f'{path} is damaged: {path.stat().st_size:,} bytes '
+                f'instead of {size:,}. '
                 'Delete it to download it again, or copy an intact one there.')
 
 
 def read_fashion_mnist(train, root=None):
-    """Fashion-MNIST as two in-memory tensors: images (n, 1, 28, 28) in [0, 1], labels."""
+    """Fashion-MNIST in memory: images (n, 1, 28, 28) in [0, 1], and labels."""
     if not isinstance(train, bool):
-        raise ValueError(f'train={train!r}: pass True (training set) or False (test set).')
+        raise ValueError(
+            f'train={train!r}: pass True (training set) or False (test set).')
     root = Path(root) if root is not None else data_root()
     _check_files(root / 'FashionMNIST' / 'raw', train)
     try:
         with _socket_timeout(8):  # 2 mirrors x 8 s: a clear error well within 30 s
-            dataset = torchvision.datasets.FashionMNIST(root, train=train, download=True)
+            dataset = torchvision.datasets.FashionMNIST(root, train=train,
+                                                        download=True)
     except (RuntimeError, OSError) as error:
-        reason = str(error).strip().splitlines()[-1] if str(error).strip() else repr(error)
+        reason = (str(error).strip().splitlines()[-1] if str(error).strip()
+                  else repr(error))
         raise DataUnavailableError(
-            f'Fashion-MNIST is not in {root / "FashionMNIST" / "raw"} and downloading it '
-            f'failed ({reason}). Set {DATA_ENV} to a folder that holds FashionMNIST/raw/, '
+            f'Fashion-MNIST is not in {root / "FashionMNIST" / "raw"} '
+            f'and downloading it failed ({reason}). '
+            f'Set {DATA_ENV} to a folder that holds FashionMNIST/raw/, '
             'or run once with internet access.') from None
     # Same values as transforms.ToTensor(), without a PIL round trip per image.
     return dataset.data.unsqueeze(1).float().div_(255), dataset.targets
@@ -66,8 +71,10 @@ class TensorBatches:
     """Minibatches (X, y) of in-memory tensors, reshuffled at every pass when asked."""
 
     def __init__(self, X, y, batch_size, shuffle, seed=0):
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f'batch_size={batch_size!r}: use a whole number, at least 1.')
+        if (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                or batch_size < 1):
+            raise ValueError(
+                f'batch_size={batch_size!r}: use a whole number, at least 1.')
         if len(X) != len(y):
             raise ValueError(f'X holds {len(X)} examples but y holds {len(y)} labels.')
         self.X, self.y, self.batch_size, self.shuffle = X, y, batch_size, shuffle
@@ -107,7 +114,7 @@ def per_image_loader(batch_size, train=True, root=None, num_workers=4):
     # As d2l's load_data_fashion_mnist builds it: a PIL image decoded and converted per
     # example, batches collated from single examples by worker processes.
     root = Path(root) if root is not None else data_root()
-    read_fashion_mnist(train, root)  # the files are there and readable, or one clear error
+    read_fashion_mnist(train, root)  # files there and readable, or one clear error
     dataset = torchvision.datasets.FashionMNIST(
         root, train=train, transform=torchvision.transforms.ToTensor())
     return torch.utils.data.DataLoader(dataset, batch_size, shuffle=train,

@@ -30,7 +30,8 @@ class DyingLoader:
     def __iter__(self):
         first_attempt = int(os.environ.get('TORCHELASTIC_RESTART_COUNT', 0)) == 0
         last_rank = dist.get_rank() == dist.get_world_size() - 1
-        dies = first_attempt and last_rank and self.sampler.epoch + 1 == self.fail_in_epoch
+        dies = (first_attempt and last_rank
+                and self.sampler.epoch + 1 == self.fail_in_epoch)
         for i, batch in enumerate(self.loader):
             if dies and i == len(self.loader) // 2:
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -41,7 +42,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog='torchrun ... -m data_parallel.faults',
                                      description=__doc__.splitlines()[0])
     parser.add_argument('--fail-in-epoch', type=at_least(1, int), required=True,
-                        metavar='EPOCH', help='the last rank dies halfway through EPOCH')
+                        metavar='EPOCH',
+                        help='the last rank dies halfway through EPOCH')
     args, rest = parser.parse_known_args(argv)
     build = train_ddp.shard_loader
 

@@ -1,4 +1,4 @@
-"""Where things live: the repository (when running from a checkout), data and results."""
+"""Where things live: the repository (in a checkout), the data and the results."""
 import os
 from pathlib import Path
 
@@ -13,7 +13,7 @@ def repo_root():
 
 
 def work_dir():
-    """Where jobs run and write results: the repository's root, or the current folder."""
+    """Where jobs run and write results: the repository's root, else the cwd."""
     return repo_root() or Path.cwd()
 
 

@@ -27,9 +27,9 @@ def load_result(name):
 
 
 def glue(name, value):
-    """Hand a value a cell measured to the page's text ({glue:text}`name`), via myst-nb."""
+    """Hand a measured value to the page's text ({glue:text}`name`), via myst-nb."""
     try:
         from myst_nb import glue as myst_glue
-    except ImportError:  # run outside the book's tools (Colab, a download): nothing to do
+    except ImportError:  # outside the book's tools (Colab, a download): no-op
         return
     myst_glue(name, value, display=False)
