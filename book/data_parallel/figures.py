@@ -471,3 +471,18 @@ def write_book_figures(folder):
         paths.append(path)
     return paths
 
+
+
+def plot_sharded_memory(num_devices, runs, title=None):
+    """Bytes per device against the number of devices; runs maps a label to bytes."""
+    from matplotlib import pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 3), layout='constrained', dpi=FIGURE_DPI)
+    for label, sizes in runs.items():
+        ax.plot(num_devices, [size / 1e9 for size in sizes], marker='o', label=label)
+    ax.set(xlabel='number of devices k', ylabel='GB per device', xscale='log',
+           ylim=(0, None), title=title)
+    ax.set_xticks(list(num_devices), [str(k) for k in num_devices])
+    ax.minorticks_off()
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig

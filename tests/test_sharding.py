@@ -1,0 +1,170 @@
+"""Chapter 9: the memory formulas, ZeRO-1 from scratch, ZeroRedundancyOptimizer and
+FSDP2 against DDP, memory per rank, and a killed FSDP2 job resumed from DCP snapshots.
+Every job runs on the CPU (gloo) with a few steps on a slice of Fashion-MNIST."""
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import data_parallel as dp
+from data_parallel import figures, shard_workers
+
+CPU_ONLY = {'CUDA_VISIBLE_DEVICES': ''}  # gloo on the CPU, also on a GPU runner
+
+
+def run(k, *args, **kw):
+    """torchrun shard_workers with k processes on the CPU: (result, output)."""
+    return shard_workers.run(k, *args, env=CPU_ONLY, timeout=300, **kw)
+
+
+# --- Formulas (no processes) -------------------------------------------------------
+
+def test_replica_bytes_counts_parameters_gradients_and_state():
+    assert dp.replica_bytes(10, 'sgd') == {'parameters': 40, 'gradients': 40,
+                                           'optimizer state': 0}
+    assert dp.replica_bytes(10, 'momentum')['optimizer state'] == 40
+    assert sum(dp.replica_bytes(10**9, 'adam').values()) == 16e9
+    assert sum(dp.replica_bytes(10, 'adam', bytes_per_value=2).values()) == 80
+
+
+@pytest.mark.parametrize('k', [1, 2, 3, 8])
+def test_bytes_per_device_divides_what_each_stage_shards(k):
+    P = G = 4e9  # one billion parameters, Adam, fp32
+    S = 8e9
+    expected = [P + G + S, P + G + S / k, P + (G + S) / k, (P + G + S) / k]
+    got = [dp.bytes_per_device(10**9, k, stage, 'adam') for stage in range(4)]
+    assert got == pytest.approx(expected)
+
+
+# --- torchrun jobs -------------------------------------------------------------------
+
+@pytest.fixture(scope='module')
+def train_runs(fashion_root):
+    """The `train` mode (DDP, ZeRO, FSDP2 with Adam) for k = 1, 2, 3, 4."""
+    return {k: run(k, 'train', '--steps', 2)[0] for k in (1, 2, 3, 4)}
+
+
+@pytest.mark.parametrize('k', [2, 3, 4])
+def test_zero1_from_scratch_equals_ddp(fashion_root, k):
+    """Ring reduce-scatter + all-gather equal all_reduce; ZeRO-1 steps equal DDP's."""
+    result, _ = run(k, 'zero1', '--steps', 2)
+    assert result['checked'] and result['k'] == k and result['backend'] == 'gloo'
+    assert result['max_difference'] < 1e-6, result
+    # 129,068 values: the momentum shards cover them once, sizes differ by at most one
+    assert sum(result['momentum_values']) == result['num_params'] == 129_068
+    assert max(result['momentum_values']) - min(result['momentum_values']) <= 1
+
+
+@pytest.mark.parametrize('k', [2, 3, 4])
+def test_zero_and_fsdp2_equal_ddp(train_runs, k):
+    impls = train_runs[k]['impls']
+    assert list(impls) == ['ddp', 'zero', 'fsdp']
+    for impl, record in impls.items():
+        # Adam moves a parameter by about lr = 1e-3 per step; rounding, well below
+        assert record['max_difference'] < 1e-5, (impl, record)
+
+
+def held(record):
+    """Largest bytes of parameters + optimiser state over the ranks of one impl."""
+    pairs = zip(record['parameter_bytes'], record['optimizer_bytes'])
+    return max(p + o for p, o in pairs)
+
+
+@pytest.mark.parametrize('k', [2, 3, 4])
+def test_fsdp2_memory_per_rank_falls_as_one_over_k(train_runs, k):
+    one = held(train_runs[1]['impls']['fsdp'])
+    N = train_runs[1]['num_params']
+    assert one == pytest.approx(3 * 4 * N, rel=1e-3)  # Adam: parameters, m and v
+    assert held(train_runs[k]['impls']['fsdp']) * k / one == pytest.approx(1, rel=0.10)
+    # DDP keeps everything everywhere
+    assert held(train_runs[k]['impls']['ddp']) == held(train_runs[1]['impls']['ddp'])
+
+
+@pytest.mark.parametrize('k', [2, 3, 4])
+def test_zero_optimizer_holds_each_state_once(train_runs, k):
+    impls = train_runs[k]['impls']
+    assert sum(impls['zero']['optimizer_bytes']) == impls['ddp']['optimizer_bytes'][0]
+    assert impls['zero']['parameter_bytes'] == impls['ddp']['parameter_bytes']
+
+
+def test_socket_bytes_follow_the_ring(train_runs):
+    """DDP sends 2(k - 1)/k of the gradient bytes per process (gloo, measured)."""
+    for k in (2, 4):
+        N = train_runs[k]['num_params']
+        for sent in train_runs[k]['impls']['ddp']['socket_bytes_per_step']:
+            assert sent / (4 * N) == pytest.approx(2 * (k - 1) / k, rel=0.05)
+
+
+def test_killed_fsdp2_job_resumes_from_dcp_and_equals_an_uninterrupted_run(
+        fashion_root, tmp_path):
+    common = ['--impls', 'fsdp', '--steps', 4]
+    resumed, out = run(2, 'train', *common, '--snapshot', tmp_path / 'snapshots',
+                       '--save-every', 2, '--fail-at-step', 3,
+                       '--result', tmp_path / 'resumed.pt', max_restarts=1)
+    assert resumed['restarts'] == 1 and resumed['resumed_after_step'] == 2
+    assert 'resumed from the snapshot taken after step 2' in out
+    assert sorted(p.name for p in (tmp_path / 'snapshots').iterdir()) == [
+        'step-2', 'step-4']
+    plain, _ = run(2, 'train', *common, '--result', tmp_path / 'plain.pt')
+    assert plain['restarts'] == 0 and plain['resumed_after_step'] == 0
+    a = torch.load(tmp_path / 'resumed.pt', weights_only=True)
+    b = torch.load(tmp_path / 'plain.pt', weights_only=True)
+    assert len(a) == len(b) == 6
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, rtol=0, atol=1e-6)
+
+
+def test_uneven_global_batch_stops_with_one_line(fashion_root):
+    with pytest.raises(RuntimeError, match='--global-batch 241 does not split evenly'):
+        run(2, 'zero1', '--global-batch', 241, '--steps', 1)
+
+
+def test_snapshot_needs_fsdp_alone(fashion_root, tmp_path):
+    with pytest.raises(RuntimeError, match='--snapshot works with --impls fsdp alone'):
+        run(1, 'train', '--impls', 'ddp', '--snapshot', tmp_path / 's', '--steps', 1)
+
+
+# --- Command line ----------------------------------------------------------------
+
+@pytest.mark.parametrize('argv, message', [
+    (['train', '--steps', '0'], 'argument --steps: 0 is too small'),
+    (['train', '--impls', 'magic'], "invalid choice: 'magic'"),
+    (['zero1', '--lr', '-1'], 'argument --lr: -1: use a finite number greater than 0'),
+    (['zero1'], 'Start this module with torchrun'),
+])
+def test_bad_flags_get_one_line(argv, message):
+    argv = [sys.executable, '-m', 'data_parallel.shard_workers', *argv]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
+    assert message in lines[-1]
+    assert 'Traceback' not in result.stderr
+
+
+# --- The figure --------------------------------------------------------------------
+
+def test_sharded_memory_plot_draws_each_stage_legibly():
+    import matplotlib
+    matplotlib.use('Agg')
+    from matplotlib import pyplot as plt
+    from matplotlib.text import Text
+    ks = [1, 2, 4, 8]
+    runs = {name: [dp.bytes_per_device(10**9, k, stage, 'adam') for k in ks]
+            for stage, name in enumerate(['DP', 'ZeRO-1', 'ZeRO-2', 'ZeRO-3'])}
+    fig = dp.plot_sharded_memory(ks, runs, title='1B')
+    try:
+        ax, = fig.axes
+        assert [line.get_label() for line in ax.lines] == list(runs)
+        assert list(ax.lines[3].get_ydata()) == [16, 8, 4, 2]  # GB, ZeRO-3 falls as 1/k
+        assert fig.dpi == figures.FIGURE_DPI
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        png_px = fig.get_tightbbox(renderer).width * fig.dpi
+        shown_px = min(png_px, figures.COLUMN_PX)
+        labels = [t for t in fig.findobj(Text)
+                  if t.get_visible() and t.get_text().strip()]
+        smallest = min(t.get_fontsize() for t in labels)
+        assert smallest * fig.dpi / 72 * shown_px / png_px >= figures.MIN_LABEL_PX
+    finally:
+        plt.close(fig)
