@@ -113,7 +113,8 @@ def train(num_devices, batch_size, lr, num_epochs=10, data=None, params=None):
         timer.stop()
         net = lambda X: lenet(X, device_params[0])  # evaluate on device 0 only
         accuracies.append(evaluate_accuracy(net, test_iter, devices[0]))
-        print(f'epoch {epoch + 1}: test accuracy {accuracies[-1]:.3f}')
+        print(f'epoch {epoch + 1}: test accuracy {accuracies[-1]:.3f}, '
+              f'{timer.times[-1]:.1f} s')  # as it happens: a running job shows it
     print(f'test accuracy {accuracies[-1]:.2f}, {timer.avg():.1f} s/epoch '
           f'on {[str(d) for d in devices]}')
     return accuracies, timer
