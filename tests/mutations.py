@@ -104,7 +104,7 @@ CHAPTER_CHECKS = {
     # k devices against 1 device after one step; the ten-epoch runs after it are skipped
     CH6: ['def one_step('],
     # star and ring against torch.distributed.all_reduce, checked by perf_workers
-    CH8: ["perf_workers.run(k, 'allreduce'"],
+    CH8: ["perf_workers.run(k, 'allreduce', '--mb', 25"],
 }
 
 
