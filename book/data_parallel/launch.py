@@ -4,6 +4,7 @@ The chapters show the commands as a reader would type them (``show_command``) an
 them through ``launch``, which kills every process a job started when it ends.
 """
 import contextlib
+import json
 import os
 import re
 import selectors
@@ -79,6 +80,15 @@ def _what_the_workers_said(out, err, lines=15):
     said = [line for line in out.splitlines() + err[:end]
             if line.strip() and not line.startswith(_LAUNCHER_BANNER)]
     return '\n'.join(said[-lines:])
+
+
+def read_result(out):
+    """The JSON of the last `RESULT <json>` line a worker program printed (rank 0's)."""
+    lines = [line for line in out.splitlines() if line.startswith('RESULT ')]
+    if not lines:
+        tail = '\n'.join(out.strip().splitlines()[-15:])
+        raise RuntimeError(f'torchrun printed no RESULT line:\n{tail}')
+    return json.loads(lines[-1][len('RESULT '):])
 
 
 def _read_lines(procs, echo, deadline):

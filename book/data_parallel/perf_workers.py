@@ -221,11 +221,7 @@ def run(nproc, *args, timeout=600, echo=True):
     command = launch.torchrun_command(args, nproc=nproc, module=__name__)
     out, = launch.launch(command, timeout=timeout,  # kills every worker it started
                          echo=_print_progress if echo else None)
-    lines = [line for line in out.splitlines() if line.startswith('RESULT ')]
-    if not lines:
-        tail = '\n'.join(out.strip().splitlines()[-15:])
-        raise RuntimeError(f'torchrun printed no RESULT line:\n{tail}')
-    return json.loads(lines[-1][len('RESULT '):])
+    return launch.read_result(out)
 
 
 if __name__ == '__main__':

@@ -348,11 +348,7 @@ def run(nproc, *args, timeout=600, max_restarts=0, env=None):
     command = launch.torchrun_command(args, nproc=nproc, max_restarts=max_restarts,
                                       module=__name__)
     out, = launch.launch(command, env=env, timeout=timeout)  # kills all it started
-    lines = [line for line in out.splitlines() if line.startswith('RESULT ')]
-    if not lines:
-        tail = '\n'.join(out.strip().splitlines()[-15:])
-        raise RuntimeError(f'torchrun printed no RESULT line:\n{tail}')
-    return json.loads(lines[-1][len('RESULT '):]), out
+    return launch.read_result(out), out
 
 
 if __name__ == '__main__':
