@@ -1,6 +1,7 @@
 # One command per job; each builds .venv first when it is missing or out of date.
 #   make book     HTML from the stored notebook outputs (strict: warnings are errors)
-#   make test     unit tests, then nbval re-runs every notebook and compares its outputs
+#   make test     every test (pytest tests), then nbval re-runs every notebook and compares
+#   make unit     the fast tests only (not marked slow), for the inner loop of a change
 #   make execute  re-run every notebook in place on this machine (refresh stored outputs)
 #   make lab      JupyterLab on the book's folder, to run the chapters yourself
 #   make clean    remove the build folder and caches (keeps .venv and data/)
@@ -10,7 +11,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: book test unit nbval execute lab clean distclean
+.PHONY: book test tests unit nbval execute lab clean distclean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,16 +25,19 @@ book: $(STAMP)
 	$(VENV)/bin/jupyter-book build --all -W -n --keep-going .
 	@echo "Open the book: file://$(CURDIR)/_build/html/index.html"
 
-test: unit nbval
+test: tests nbval
+
+tests: $(STAMP)
+	$(PY) -m pytest tests
 
 unit: $(STAMP)
-	$(PY) -m pytest tests
+	$(PY) -m pytest -m "not slow" tests
 
 nbval: $(STAMP)
 	$(PY) -m pytest $(NBVAL) book
 
 execute: $(STAMP)
-	$(PY) scripts/execute_notebooks.py book/[0-9]*.ipynb
+	$(PY) tools/execute_notebooks.py book/[0-9]*.ipynb
 
 # JupyterLab prints the URL to open (with its token) once it listens; Ctrl-C stops it.
 # (Jupyter refuses to run as root without --allow-root: containers and CI run as root.)
@@ -53,7 +57,7 @@ distclean: clean
 #   make browser-check  build the book, then open every page in headless Chromium and check
 #                       it (console, images, highlighting, math, links, hidden cells);
 #                       screenshots go to _build/screenshots/
-#   make logo           redraw book/logo.svg from scripts/make_logo.py
+#   make logo           redraw book/logo.svg from tools/make_logo.py
 # MathJax 3 comes from the npm package pinned in package-lock.json, copied into the
 # git-ignored _vendor/mathjax and published as _static/mathjax, so math renders offline.
 # Chromium comes from Debian (chromium + chromium-driver), installed when missing.
@@ -88,9 +92,9 @@ browser-check: book chromium
 	CHROMIUM=$(CHROMIUM) CHROMEDRIVER=$(CHROMEDRIVER) $(PY) -m pytest tests/browser
 
 logo:
-	$(PYTHON) scripts/make_logo.py book/logo.svg
+	$(PYTHON) tools/make_logo.py book/logo.svg
 
-# The intro's figure, drawn by code (tests/test_figures.py checks it is up to date).
+# The intro's figure, drawn by code (tests/unit/test_figures.py checks it is up to date).
 .PHONY: figures
 figures: $(STAMP)
 	$(PY) -c "import data_parallel as dp; dp.write_book_figures('book')"
@@ -101,7 +105,7 @@ figures: $(STAMP)
 .PHONY: benchmark
 
 benchmark: $(STAMP)
-	$(PY) scripts/benchmark.py
+	$(PY) tools/benchmark.py
 
 # ---- On a GPU machine (added target; not part of `make test`) ------------------------
 #   make gpu-check  unit tests and nbval (chapters 1-6) on CUDA, chapter 7's DDP job on
@@ -110,16 +114,16 @@ benchmark: $(STAMP)
 .PHONY: gpu-check
 
 gpu-check: $(STAMP)
-	$(PY) scripts/gpu_check.py
+	$(PY) tools/gpu_check.py
 
 # ---- The book's checks catch the bugs it names (added target; not in `make test`) ----
 #   make mutations  plant each bug the book names (get_params without a copy, d2l's
 #                   rebinding allreduce, split_batch dropping examples, dividing by the
 #                   shard size, a ring that skips a hop) in a copy of the package and the
 #                   chapters; the unit tests and the chapters' own checks must both fail
-#                   on each, and pass on the unmutated copy (tests/mutations.py). Prints
+#                   on each, and pass on the unmutated copy (tests/mutations/). Prints
 #                   the matrix of what caught what; about 8 minutes on 2 CPU cores.
 .PHONY: mutations
 
 mutations: $(STAMP)
-	MULTIGPU_MUTATIONS=1 $(PY) -m pytest -v tests/test_mutations.py
+	MULTIGPU_MUTATIONS=1 $(PY) -m pytest -v tests/mutations/test_mutations.py

@@ -22,6 +22,7 @@ import os
 import time
 
 import torch
+import torch.distributed as dist
 
 
 def describe_environment():
@@ -116,3 +117,29 @@ class Timer:
 
     def avg(self):
         return sum(self.times) / len(self.times)
+
+
+def setup():
+    """Join the process group with the backend and device the book's policy picks."""
+    local_rank = int(os.environ['LOCAL_RANK'])  # which process on this machine
+    local_world_size = int(os.environ.get('LOCAL_WORLD_SIZE', 1))
+    backend, device, note = process_device(local_rank, local_world_size)
+    if note and local_rank == 0:
+        print(note, flush=True)
+    use_one_core(device)  # on the CPU, a process is one device: one core
+    if device.type == 'cuda':
+        torch.cuda.set_device(device)
+        dist.init_process_group(backend, device_id=device)
+    else:
+        dist.init_process_group(backend)
+    return device
+
+
+def ddp_device_ids(device):
+    """DistributedDataParallel's device_ids: this process's GPU, or None on the CPU."""
+    return [device.index] if device.type == 'cuda' else None
+
+
+def restart_count():
+    """How many times torchrun has restarted this job's workers (0: first attempt)."""
+    return int(os.environ.get('TORCHELASTIC_RESTART_COUNT', 0))

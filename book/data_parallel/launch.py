@@ -4,7 +4,6 @@ The chapters show the commands as a reader would type them (``show_command``) an
 them through ``launch``, which kills every process a job started when it ends.
 """
 import contextlib
-import json
 import os
 import re
 import selectors
@@ -16,6 +15,7 @@ import sys
 import time
 
 from .paths import work_dir
+from .results import read_result
 
 TRAINER = 'data_parallel.train_ddp'
 """The module that the DDP chapter teaches; ``torchrun -m`` starts it."""
@@ -28,7 +28,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def torchrun_command(module_args=(), nproc=2, max_restarts=0, module=TRAINER,
+def torchrun_command(module_args=(), world_size=2, max_restarts=0, module=TRAINER,
                      script=None):
     """(environment, argv) for torchrun on this machine; --standalone finds a free port.
 
@@ -39,17 +39,17 @@ def torchrun_command(module_args=(), nproc=2, max_restarts=0, module=TRAINER,
     env = {'TORCH_DISABLE_SHARE_RDZV_TCP_STORE': '1'} if max_restarts else {}
     restarts = [f'--max-restarts={max_restarts}'] if max_restarts else []
     argv = [sys.executable, '-m', 'torch.distributed.run', '--standalone',
-            f'--nproc-per-node={nproc}', *restarts,
+            f'--nproc-per-node={world_size}', *restarts,
             *([str(script)] if script else ['-m', module]), *map(str, module_args)]
     return env, argv
 
 
-def multinode_command(node_rank, addr, port, ifname, module_args=(), nnodes=2, nproc=2,
-                      module=TRAINER):
+def multinode_command(node_rank, addr, port, ifname, module_args=(), nnodes=2,
+                      nproc_per_node=2, module=TRAINER):
     """(environment, argv) for one node of a multi-machine job, as the chapter shows."""
     env = {'GLOO_SOCKET_IFNAME': ifname, 'NCCL_SOCKET_IFNAME': ifname}
     argv = [sys.executable, '-m', 'torch.distributed.run', f'--nnodes={nnodes}',
-            f'--nproc-per-node={nproc}', f'--node-rank={node_rank}',
+            f'--nproc-per-node={nproc_per_node}', f'--node-rank={node_rank}',
             f'--rdzv-endpoint={addr}:{port}', '-m', module, *map(str, module_args)]
     return env, argv
 
@@ -80,15 +80,6 @@ def _what_the_workers_said(out, err, lines=15):
     said = [line for line in out.splitlines() + err[:end]
             if line.strip() and not line.startswith(_LAUNCHER_BANNER)]
     return '\n'.join(said[-lines:])
-
-
-def read_result(out):
-    """The JSON of the last `RESULT <json>` line a worker program printed (rank 0's)."""
-    lines = [line for line in out.splitlines() if line.startswith('RESULT ')]
-    if not lines:
-        tail = '\n'.join(out.strip().splitlines()[-15:])
-        raise RuntimeError(f'torchrun printed no RESULT line:\n{tail}')
-    return json.loads(lines[-1][len('RESULT '):])
 
 
 def _read_lines(procs, echo, deadline):
@@ -137,7 +128,9 @@ def _kill(procs):
 
 
 def _print_line(line):
-    print(line, end='', flush=True)
+    """Show a job's line in the cell, except its RESULT record (read_result's)."""
+    if not line.startswith('RESULT '):
+        print(line, end='', flush=True)
 
 
 def launch(*commands, env=None, timeout=900, echo=False):
@@ -145,7 +138,7 @@ def launch(*commands, env=None, timeout=900, echo=False):
 
     They run in the work folder (the repository's root, or the current folder). With
     echo=True the first command's standard output is printed line by line as it comes
-    (rank 0's lines: the book's programs print only there); a function given as echo
+    (rank 0's lines, without the RESULT record); a function given as echo
     receives each line instead. Every process group is killed when the commands finish,
     fail or time out, so no worker is left behind. Raises RuntimeError (with the end of
     every process's output) on failure.
@@ -180,3 +173,15 @@ def launch(*commands, env=None, timeout=900, echo=False):
             raise RuntimeError(f'torchrun exited with code {p.returncode}:\n'
                                + _what_the_workers_said(out, err))
     return [out for out, _ in outputs]
+
+
+def run(module, world_size, *args, timeout=600, max_restarts=0, env=None, echo=False):
+    """torchrun module (a name, or the module) with world_size processes; its record.
+
+    The record is the job's `RESULT <json>` line (read_result). echo=True prints rank
+    0's other lines as they come.
+    """
+    name = module if isinstance(module, str) else module.__name__
+    command = torchrun_command(args, world_size, max_restarts=max_restarts, module=name)
+    out, = launch(command, env=env, timeout=timeout, echo=echo)  # kills all it started
+    return read_result(out)

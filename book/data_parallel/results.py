@@ -1,9 +1,29 @@
-"""Results that one chapter leaves for a later one to compare, as small JSON files."""
+"""Results: how a job reports back, and what one chapter leaves for a later one.
+
+Every program that torchrun starts ends by printing, on rank 0, one line
+``RESULT <json>`` (``print_result``); ``read_result`` is the one function that reads it
+from the job's output. A chapter that leaves a number for a later chapter writes a small
+JSON file under results/ (``save_result``, ``load_result``).
+"""
 import json
 import os
 from pathlib import Path
 
 from .paths import results_dir
+
+
+def print_result(record):
+    """Print record as the job's `RESULT <json>` line (call it on rank 0 only)."""
+    print('RESULT ' + json.dumps(record), flush=True)
+
+
+def read_result(out):
+    """The JSON of the last `RESULT <json>` line a worker program printed (rank 0's)."""
+    lines = [line for line in out.splitlines() if line.startswith('RESULT ')]
+    if not lines:
+        tail = '\n'.join(out.strip().splitlines()[-15:])
+        raise RuntimeError(f'torchrun printed no RESULT line:\n{tail}')
+    return json.loads(lines[-1][len('RESULT '):])
 
 
 def save_json(path, record):

@@ -2,7 +2,7 @@
 
 LeNet and its initialisation (chapter 3), copying parameters and the allreduce
 (chapter 4), splitting a minibatch (chapter 5), the data-parallel step and trainer
-(chapter 6). ``tests/test_sync.py`` keeps every function identical to its chapter.
+(chapter 6). ``tests/book/test_sync.py`` keeps every function identical to its chapter.
 """
 import torch
 from torch import nn

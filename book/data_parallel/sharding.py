@@ -1,15 +1,11 @@
-"""Chapter 9's sharded data parallelism: memory formulas and ZeRO-1 from scratch.
+"""Sharded data parallelism: memory formulas and ZeRO-1 from scratch (#@save).
 
 The memory of one replica and what k-way sharding divides (``replica_bytes``,
-``bytes_per_device``), the two halves of chapter 8's ring allreduce as collectives of
-their own (``ring_reduce_scatter``, ``ring_all_gather``), and a ZeRO-1 step on a flat
-replica (``zero1_step``). ``tests/test_sync.py`` keeps every function identical to the
-chapter's ``#@save`` cells. ``shard_workers`` runs them under torchrun.
+``bytes_per_device``), and a ZeRO-1 step on a flat replica (``zero1_step``), built on
+the ring's two halves in ``collectives``. ``tests/book/test_sync.py`` keeps every
+function identical to the chapter's ``#@save`` cells.
 """
-import torch
-import torch.distributed as dist
-
-from . import performance
+from .collectives import own_shard, ring_all_gather, ring_reduce_scatter
 
 OPTIMIZER_STATES = {'sgd': 0, 'momentum': 1, 'adam': 2}
 
@@ -28,35 +24,6 @@ def bytes_per_device(num_params, k, stage, optimizer, bytes_per_value=4):
     sharded_from = {'optimizer state': 1, 'gradients': 2, 'parameters': 3}
     return sum(size / k if stage >= sharded_from[part] else size
                for part, size in full.items())
-
-
-def own_shard(tensor):
-    """This rank's shard of a flat tensor: chunk `rank` of k (tensor_split), a view."""
-    return torch.tensor_split(tensor.view(-1), dist.get_world_size())[dist.get_rank()]
-
-
-def ring_reduce_scatter(tensor):
-    """Sum this rank's shard over all ranks; return the shard (a view of tensor)."""
-    rank, k = dist.get_rank(), dist.get_world_size()
-    chunks = torch.tensor_split(tensor.view(-1), k)  # the shards of own_shard
-    right, left = (rank + 1) % k, (rank - 1) % k
-    received = torch.empty_like(chunks[0])
-    for step in range(k - 1):  # chapter 8's hops, shifted by one so that rank r ends
-        send, recv = chunks[(rank - step - 1) % k], chunks[(rank - step - 2) % k]
-        performance._exchange(send, received[:len(recv)], right, left)
-        recv += received[:len(recv)]  # ... with the full sum of chunk r, not r + 1
-    return chunks[rank]
-
-
-def ring_all_gather(tensor):
-    """Each rank's shard of tensor (own_shard) to every rank, in place: k - 1 hops."""
-    rank, k = dist.get_rank(), dist.get_world_size()
-    chunks = torch.tensor_split(tensor.view(-1), k)
-    right, left = (rank + 1) % k, (rank - 1) % k
-    for step in range(k - 1):  # pass on what arrived in the previous hop
-        send, recv = chunks[(rank - step) % k], chunks[(rank - step - 1) % k]
-        performance._exchange(send, recv, right, left)
-    return tensor
 
 
 def zero1_step(replica, momentum, lr, batch_size, mu=0.9):

@@ -52,64 +52,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import BatchSampler, DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from . import data, devices, scratch
+from . import data, devices
 from .cli import at_least, positive_float
-from .results import save_json
-
-
-# --- Models ------------------------------------------------------------------------
-
-class LeNet(nn.Module):
-    """The from-scratch chapters' LeNet as a module: same init, same forward."""
-
-    def __init__(self, seed=0):
-        super().__init__()
-        self.params = nn.ParameterList(
-            [nn.Parameter(p) for p in scratch.init_lenet_params(seed)])
-
-    def forward(self, X):
-        return scratch.lenet(X, list(self.params))
-
-
-class Residual(nn.Module):
-    """Two 3x3 conv/BN layers plus a shortcut (a 1x1 conv when the shape changes)."""
-
-    def __init__(self, in_channels, out_channels, stride=1):
-        super().__init__()
-        self.conv1 = nn.Conv2d(in_channels, out_channels, 3, stride=stride, padding=1)
-        self.bn1 = nn.BatchNorm2d(out_channels)
-        self.conv2 = nn.Conv2d(out_channels, out_channels, 3, padding=1)
-        self.bn2 = nn.BatchNorm2d(out_channels)
-        reshape = stride != 1 or in_channels != out_channels
-        self.shortcut = (nn.Conv2d(in_channels, out_channels, 1, stride=stride)
-                         if reshape else nn.Identity())
-
-    def forward(self, X):
-        Y = torch.relu(self.bn1(self.conv1(X)))
-        return torch.relu(self.bn2(self.conv2(Y)) + self.shortcut(X))
-
-
-def resnet18(num_classes=10, in_channels=1):
-    """d2l's ResNet-18 for small images: 3x3 stride-1 stem without max-pool."""
-    layers = [nn.Conv2d(in_channels, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU()]
-    channels = 64
-    for i, out_channels in enumerate([64, 128, 256, 512]):
-        stride = 1 if i == 0 else 2
-        layers += [Residual(channels, out_channels, stride),
-                   Residual(out_channels, out_channels)]
-        channels = out_channels
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, num_classes)]
-    net = nn.Sequential(*layers)
-    for module in net.modules():  # d2l's init: N(0, 0.01^2) weights for conv and dense
-        if isinstance(module, (nn.Conv2d, nn.Linear)):
-            nn.init.normal_(module.weight, std=0.01)
-    return net
-
-
-def build_model(name, seed=0):
-    """The same initial parameters in every process (DDP also broadcasts rank 0's)."""
-    torch.manual_seed(seed)
-    return LeNet(seed) if name == 'lenet' else resnet18()
+from .models import build_model
+from .results import print_result
 
 
 # --- One process's share of the data ---------------------------------------------
@@ -200,22 +146,6 @@ def load_snapshot(path):
 
 # --- Training ----------------------------------------------------------------------
 
-def setup():
-    """Join the process group with the backend and device the book's policy picks."""
-    local_rank = int(os.environ['LOCAL_RANK'])  # which process on this machine
-    local_world_size = int(os.environ.get('LOCAL_WORLD_SIZE', 1))
-    backend, device, note = devices.process_device(local_rank, local_world_size)
-    if note and local_rank == 0:
-        print(note, flush=True)
-    devices.use_one_core(device)  # on the CPU, a process is one device: one core
-    if device.type == 'cuda':
-        torch.cuda.set_device(device)
-        dist.init_process_group(backend, device_id=device)
-    else:
-        dist.init_process_group(backend)
-    return device
-
-
 def read_data(num_train, num_test):
     """Training and test tensors; local rank 0 downloads them first if need be."""
     if int(os.environ['LOCAL_RANK']) != 0:
@@ -228,7 +158,7 @@ def read_data(num_train, num_test):
 
 
 def train(args):
-    device = setup()
+    device = devices.setup()
     rank, world_size = dist.get_rank(), dist.get_world_size()
     log = (lambda *a: print(*a, flush=True)) if rank == 0 else (lambda *a: None)
     if args.batch_size % world_size:
@@ -236,8 +166,8 @@ def train(args):
                          f'{world_size} processes: use a multiple of {world_size}.')
     X, y, X_test, y_test = read_data(args.num_train, args.num_test)
     X_test, y_test = X_test.to(device), y_test.to(device)  # once, for every evaluation
-    per_process = args.batch_size // world_size
-    loader, sampler = shard_loader(X, y, per_process, device, args.seed)
+    per_process_batch = args.batch_size // world_size
+    loader, sampler = shard_loader(X, y, per_process_batch, device, args.seed)
 
     model = build_model(args.model, args.seed).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
@@ -249,7 +179,7 @@ def train(args):
         start_epoch = snapshot['epoch']
         history = {key: snapshot[key] for key in history}
         log(f'resumed from the snapshot taken after epoch {start_epoch}')
-    ddp_model = DDP(model, device_ids=[device.index] if device.type == 'cuda' else None)
+    ddp_model = DDP(model, device_ids=devices.ddp_device_ids(device))
     loss_fn = nn.CrossEntropyLoss()  # mean over this shard; DDP averages over processes
 
     for epoch in range(start_epoch, args.epochs):
@@ -274,7 +204,7 @@ def train(args):
 
 
 def report(args, history, start_epoch, device, num_examples):
-    """Rank 0 prints a summary line and writes it as JSON to --result."""
+    """Rank 0 prints a summary line, then the record as `RESULT <json>`."""
     world_size = dist.get_world_size()
     devices_used = [None] * world_size
     dist.all_gather_object(devices_used, str(device))
@@ -283,18 +213,17 @@ def report(args, history, start_epoch, device, num_examples):
     epochs_run = list(range(start_epoch + 1, args.epochs + 1))
     timed = history['epoch_seconds'][-len(epochs_run):] or history['epoch_seconds']
     seconds = sum(timed) / max(len(timed), 1)  # this job's epochs, not a snapshot's
-    record = {'num_devices': world_size, 'devices': devices_used,
+    record = {'world_size': world_size, 'devices': devices_used,
               'batch_size': args.batch_size, 'lr': args.lr, 'num_epochs': args.epochs,
               'accuracies': history['accuracies'], 'seconds_per_epoch': seconds,
               'examples_per_second': num_examples / seconds if seconds else None,
               'model': args.model, 'backend': dist.get_backend(),
-              'restarts': int(os.environ.get('TORCHELASTIC_RESTART_COUNT', 0)),
+              'restarts': devices.restart_count(),
               'resumed_after_epoch': start_epoch, 'epochs_run': epochs_run}
     if history['accuracies']:
         print(f'test accuracy {history["accuracies"][-1]:.2f}, {seconds:.1f} s/epoch, '
               f'{world_size} process(es) on {sorted(set(devices_used))}', flush=True)
-    if args.result:
-        save_json(args.result, record)
+    print_result(record)
 
 
 # --- Command line ------------------------------------------------------------------
@@ -314,7 +243,6 @@ def parse_args(argv=None):
                         help='evaluate on the first N test examples only')
     parser.add_argument('--snapshot', default=None,
                         help='snapshot file: saved after every epoch, resumed from')
-    parser.add_argument('--result', default=None, help='JSON summary written by rank 0')
     return parser.parse_args(argv)
 
 

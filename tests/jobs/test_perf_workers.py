@@ -3,22 +3,23 @@ import pytest
 import torch
 
 import data_parallel as dp
-from data_parallel import perf_workers
+from data_parallel import launch
+from data_parallel.jobs import perf_workers
 
 pytestmark = pytest.mark.skipif(torch.cuda.device_count() >= 2,
                                 reason='checks the CPU device model (gloo, one core)')
 
 
 def test_train_records_every_variant_and_streams_one_line_each(fashion_root, capsys):
-    records = perf_workers.run(2, 'train', '--global-batch', 64, 96, '--steps', 2,
-                               '--warmup', 1, '--impls', 'nosync', 'ddp', 'flat',
-                               timeout=300)
+    records = launch.run(perf_workers, 2, 'train', '--batch-size', 64, 96, '--steps', 2,
+                         '--warmup', 1, '--impls', 'nosync', 'ddp', 'flat',
+                         timeout=300, echo=True)
     lines = capsys.readouterr().out.splitlines()
-    assert [r['global_batch'] for r in records] == [64, 96]
+    assert [r['batch_size'] for r in records] == [64, 96]
     for record in records:
-        assert record['k'] == 2 and record['backend'] == 'gloo'
+        assert record['world_size'] == 2 and record['backend'] == 'gloo'
         assert record['threads'] == 1  # the CPU device model: one core per process
-        assert record['per_device'] == record['global_batch'] // 2
+        assert record['per_device_batch'] == record['batch_size'] // 2
         for impl in ('nosync', 'ddp', 'flat'):
             assert record[impl]['step_seconds'] > 0
         # DDP and the flat buffer reach the same parameters; nosync (no allreduce) is
@@ -30,7 +31,7 @@ def test_train_records_every_variant_and_streams_one_line_each(fashion_root, cap
 
 def test_allreduce_at_lenets_size_is_exact(capsys):
     num_values = sum(p.numel() for p in dp.init_lenet_params())
-    result = perf_workers.run(2, 'allreduce', '--mb', num_values * 4 / 1e6,
-                              '--repeats', 1, timeout=300, echo=False)
+    result = launch.run(perf_workers, 2, 'allreduce', '--mb', num_values * 4 / 1e6,
+                        '--repeats', 1, timeout=300)
     assert result['checked'] and result['num_values'] == num_values
-    assert capsys.readouterr().out == ''  # echo=False: quiet
+    assert capsys.readouterr().out == ''  # quiet unless asked to echo

@@ -18,6 +18,7 @@ import torch  # noqa: E402
 
 import data_parallel as dp  # noqa: E402
 from data_parallel import figures  # noqa: E402
+from data_parallel.figures import diagrams, plots, ring  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -51,6 +52,34 @@ def test_returns_a_figure(draw, num_axes):
     assert isinstance(fig, Figure)
     assert len(fig.axes) == num_axes
     fig.canvas.draw()  # renders without error (mathtext included)
+
+
+PUBLIC = {  # every public name of data_parallel.figures and the module defining it
+    figures.draw: ('FIGURE_DPI', 'COLUMN_PX', 'MIN_LABEL_PX', 'figure_svg'),
+    diagrams: ('plot_split_strategies', 'plot_data_parallel_steps', 'plot_allreduce',
+               'plot_scatter', 'plot_lenet_shapes', 'BOOK_FIGURES',
+               'write_book_figures'),
+    ring: ('plot_ring_allreduce',),
+    plots: ('plot_accuracy', 'plot_scaling', 'plot_sharded_memory'),
+}
+
+
+def test_figures_package_reexports_its_modules():
+    """data_parallel.figures and dp offer the very objects the submodules define."""
+    names = [name for names in PUBLIC.values() for name in names]
+    assert sorted(figures.__all__) == sorted(names)
+    for module, names in PUBLIC.items():
+        for name in names:
+            assert getattr(figures, name) is getattr(module, name), name
+            if name.startswith(('plot_', 'write_')):
+                assert getattr(dp, name) is getattr(module, name), name
+
+
+def test_ring_schedule_ends_with_every_sum_everywhere():
+    """ring._ring_schedule: 2(k - 1) steps after the start; all sums at the end."""
+    steps = ring._ring_schedule(3)
+    assert len(steps) == 1 + 2 * 2
+    assert steps[-1][2] == [[frozenset(range(3))] * 3 for _ in range(3)]
 
 
 def test_split_strategies_names_the_three_ways():

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import data_parallel as dp
-from data_parallel import faults, launch, train_ddp
+from data_parallel import launch, models, train_ddp
+from data_parallel.jobs import faults
 
 ROOT = dp.repo_root()
 
@@ -62,7 +63,7 @@ def wrong_keys(path):
 
 
 def truncated(path):
-    model = train_ddp.LeNet()
+    model = models.LeNet()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     train_ddp.save_snapshot(path, model, optimizer, 1, {'accuracies': [], 'epoch_seconds': []})
     data = path.read_bytes()
@@ -84,7 +85,8 @@ def test_a_damaged_snapshot_gets_one_line_and_stays_as_it_is(tmp_path, damage):
 def test_torchrun_job_with_a_damaged_snapshot_stops_with_that_line(tmp_path, fashion_root):
     path = tmp_path / 'snapshot.pt'
     garbage(path)
-    command = launch.torchrun_command(['--snapshot', path, '--num-train', 256], nproc=2)
+    command = launch.torchrun_command(['--snapshot', path, '--num-train', 256],
+                                      world_size=2)
     with pytest.raises(RuntimeError) as error:
         launch.launch(command, env={'CUDA_VISIBLE_DEVICES': ''}, timeout=120)
     assert f'--snapshot {path} is damaged or not a PyTorch file.' in str(error.value)
@@ -109,19 +111,19 @@ def test_a_truncated_data_file_is_named(tmp_path, fashion_root):
 
 
 @pytest.mark.parametrize('argv, message', [
-    (['-m', 'data_parallel.perf_workers', 'allreduce', '--mb', '-1'],
+    (['-m', 'data_parallel.jobs.perf_workers', 'allreduce', '--mb', '-1'],
      'argument --mb: -1: use a finite number greater than 0'),
-    (['-m', 'data_parallel.perf_workers', 'train', '--steps', '0'],
+    (['-m', 'data_parallel.jobs.perf_workers', 'train', '--steps', '0'],
      'argument --steps: 0 is too small'),
-    (['-m', 'data_parallel.perf_workers', 'train', '--impls', 'magic'],
+    (['-m', 'data_parallel.jobs.perf_workers', 'train', '--impls', 'magic'],
      "invalid choice: 'magic'"),
-    ([str(ROOT / 'scripts' / 'benchmark.py'), '--batches', '0'],
+    ([str(ROOT / 'tools' / 'benchmark.py'), '--batches', '0'],
      'argument --batches: 0 is too small'),
-    ([str(ROOT / 'scripts' / 'benchmark.py'), '--repeats', 'many'],
+    ([str(ROOT / 'tools' / 'benchmark.py'), '--repeats', 'many'],
      "argument --repeats: 'many' is not a whole number"),
-    ([str(ROOT / 'scripts' / 'execute_notebooks.py'), 'book/99_missing.ipynb'],
+    ([str(ROOT / 'tools' / 'execute_notebooks.py'), 'book/99_missing.ipynb'],
      'book/99_missing.ipynb: no such notebook'),
-    ([str(ROOT / 'scripts' / 'execute_notebooks.py')],
+    ([str(ROOT / 'tools' / 'execute_notebooks.py')],
      'usage: execute_notebooks.py NOTEBOOK.ipynb [...]'),
     (['-m', 'data_parallel.train_ddp'], 'Start this module with torchrun'),
 ])

@@ -1,6 +1,6 @@
 """Re-run notebooks in place on this machine and store their fresh outputs.
 
-    python scripts/execute_notebooks.py book/[0-9]*.ipynb     (what `make execute` runs)
+    python tools/execute_notebooks.py book/[0-9]*.ipynb     (what `make execute` runs)
 
 Each notebook runs in its own folder (as nbval and Jupyter do), with this interpreter's
 kernel; no timing metadata is stored, so a re-run changes only what the cells print.

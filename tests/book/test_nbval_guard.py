@@ -6,7 +6,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-SANITIZE = Path(__file__).with_name('nbval_sanitize.cfg')
+SANITIZE = Path(__file__).parents[1] / 'nbval_sanitize.cfg'
 
 
 def run_nbval(tmp_path, code, stored_text):

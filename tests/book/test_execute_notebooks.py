@@ -8,7 +8,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 from data_parallel import paths
 
 spec = importlib.util.spec_from_file_location(
-    'execute_notebooks', paths.repo_root() / 'scripts' / 'execute_notebooks.py')
+    'execute_notebooks', paths.repo_root() / 'tools' / 'execute_notebooks.py')
 execute_notebooks = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(execute_notebooks)
 

@@ -43,7 +43,7 @@ def test_first_line_arrives_before_the_job_ends(tmp_path):
         if line == 'epoch 1 done\n':
             marker.touch()  # lets the job go on: it is still running at this point
 
-    command = launch.torchrun_command([marker], nproc=2, script=program)
+    command = launch.torchrun_command([marker], world_size=2, script=program)
     out, = launch.launch(command, env=CPU_ONLY, timeout=120, echo=echo)
     assert seen == ['epoch 1 done\n', 'epoch 2 done\n']
     assert out == ''.join(seen)  # the whole output is returned as well

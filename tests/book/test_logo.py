@@ -1,4 +1,4 @@
-"""The logo is drawn by code: book/logo.svg is exactly what scripts/make_logo.py draws."""
+"""The logo is drawn by code: book/logo.svg is exactly what tools/make_logo.py draws."""
 import importlib.util
 import xml.etree.ElementTree as ET
 
@@ -8,7 +8,7 @@ ROOT = dp.repo_root()
 
 
 def test_logo_is_generated_by_its_script():
-    spec = importlib.util.spec_from_file_location('make_logo', ROOT / 'scripts' / 'make_logo.py')
+    spec = importlib.util.spec_from_file_location('make_logo', ROOT / 'tools' / 'make_logo.py')
     make_logo = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(make_logo)
     drawn = make_logo.draw()

@@ -2,7 +2,7 @@
 
 A mutation is one textual replacement in a function of the helper package. The function
 lives twice: in its module under book/data_parallel/ and in a chapter's `#@save` cell,
-which tests/test_sync.py keeps identical, so the same replacement fits both; it must
+which tests/book/test_sync.py keeps identical, so the same replacement fits both; it must
 match exactly once in each, or the mutation has rotted and says so. It is applied to a
 copy of book/ (package and chapters) and tests/ in a temporary folder, whose package
 goes first on PYTHONPATH: the unit tests, the notebook kernels and the torchrun workers
@@ -58,7 +58,7 @@ class Mutation:
     chapters: tuple
 
 
-SCRATCH_TESTS = ('tests/test_data_parallel.py',)
+SCRATCH_TESTS = ('tests/unit/test_scratch.py',)
 CH4, CH5, CH6 = ('04_data_synchronization.ipynb', '05_distributing_data.ipynb',
                  '06_training.ipynb')
 CH8 = '08_where_the_time_goes.ipynb'
@@ -90,9 +90,9 @@ MUTATIONS = [
              SCRATCH_TESTS, (CH6,)),
     Mutation('e-ring-skips-a-hop',
              'ring_allreduce: reduce-scatter takes k - 2 hops instead of k - 1',
-             'performance.py', 'for step in range(k - 1):  # reduce-scatter',
+             'collectives.py', 'for step in range(k - 1):  # reduce-scatter',
              'for step in range(k - 2):  # reduce-scatter',
-             ('tests/test_performance.py',), (CH8,)),
+             ('tests/unit/test_performance.py',), (CH8,)),
 ]
 
 # Which code cells of a chapter hold its checks. None: the whole chapter (it is quick).
@@ -104,7 +104,7 @@ CHAPTER_CHECKS = {
     # k devices against 1 device after one step; the ten-epoch runs after it are skipped
     CH6: ['def one_step('],
     # star and ring against torch.distributed.all_reduce, checked by perf_workers
-    CH8: ["perf_workers.run(k, 'allreduce', '--mb', 25"],
+    CH8: ["launch.run(perf_workers, k, 'allreduce', '--mb', 25"],
 }
 
 
@@ -144,7 +144,7 @@ def select_cells(cells, needles):
         found = [i for i in code if needle in source(cells[i])]
         if not found:
             raise HarnessError(f'no code cell contains {needle!r}: the chapter '
-                               'changed, update CHAPTER_CHECKS in tests/mutations.py')
+                               'changed, update CHAPTER_CHECKS in tests/mutations/mutations.py')
         for i in found:
             checks.add(i)
             while i + 1 < len(cells) and is_hidden_check(cells[i + 1]):
@@ -152,7 +152,7 @@ def select_cells(cells, needles):
                 checks.add(i)
     if not any('assert' in source(cells[i]) for i in checks):
         raise HarnessError(f'the cells selected by {needles} hold no assert, so none '
-                           'can fail: update CHAPTER_CHECKS in tests/mutations.py')
+                           'can fail: update CHAPTER_CHECKS in tests/mutations/mutations.py')
     return sorted(keep | checks)
 
 
@@ -161,7 +161,7 @@ def mutate_text(text, mutation, where):
     count = text.count(mutation.old)
     if count != 1:
         raise HarnessError(f'{mutation.name}: {mutation.old!r} occurs {count} times in '
-                           f'{where}, not once: update MUTATIONS in tests/mutations.py')
+                           f'{where}, not once: update MUTATIONS in tests/mutations/mutations.py')
     return text.replace(mutation.old, mutation.new)
 
 
@@ -171,7 +171,7 @@ def mutate_chapters(notebooks, mutation):
                if is_saved(cell) and mutation.old in source(cell)]
     if len(holders) != 1:
         raise HarnessError(f'{mutation.name}: {len(holders)} #@save cells hold '
-                           f'{mutation.old!r}, not one: update tests/mutations.py')
+                           f'{mutation.old!r}, not one: update tests/mutations/mutations.py')
     name, cell = holders[0]
     cell['source'] = mutate_text(source(cell), mutation, name).splitlines(keepends=True)
     return name
@@ -225,7 +225,7 @@ def write_chapters(root, chapters, mutation=None):
     for chapter in chapters:
         if chapter not in notebooks:
             raise HarnessError(f'no chapter {chapter} in book/: '
-                               'update tests/mutations.py')
+                               'update tests/mutations/mutations.py')
         notebook, origins[chapter] = trimmed(
             notebooks[chapter], CHAPTER_CHECKS[chapter], book / 'data_parallel')
         write_notebook(book / chapter, notebook)

@@ -9,7 +9,7 @@ machine without CUDA. With a GPU, the last test uses real cuda tensors.
 import pytest
 import torch
 
-from data_parallel import train_ddp
+from data_parallel import models, train_ddp
 
 HISTORY = {'accuracies': [0.5, 0.6], 'epoch_seconds': [1.0, 1.1]}
 
@@ -37,7 +37,7 @@ class Stub:
 
 def trained_lenet(device='cpu'):
     """LeNet and SGD with momentum after one step: the optimiser holds buffers too."""
-    model = train_ddp.LeNet().to(device)
+    model = models.LeNet().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)
     model(torch.randn(4, 1, 28, 28, device=device)).sum().backward()
     optimizer.step()
@@ -90,7 +90,7 @@ def test_snapshot_of_a_real_model_holds_cpu_tensors(tmp_path, device):
     tensors = tensors_in([snapshot['model'], snapshot['optimizer']])
     assert len(tensors) == len(model.state_dict()) + 8
     assert all(t.device.type == 'cpu' for t in tensors)
-    restored = train_ddp.LeNet(seed=1)
+    restored = models.LeNet(seed=1)
     restored.load_state_dict(snapshot['model'])
     torch.testing.assert_close(restored.state_dict(),
                                {k: v.cpu() for k, v in model.state_dict().items()})

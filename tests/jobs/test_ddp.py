@@ -1,7 +1,6 @@
 """data_parallel.train_ddp: DDP matches the from-scratch trainer, runs on two "machines",
 survives a killed worker, and leaves no process behind. Every job runs on the CPU (gloo)
 with a small slice of Fashion-MNIST."""
-import json
 import socket
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import torch
 from torch.utils.data.distributed import DistributedSampler
 
 import data_parallel as dp
-from data_parallel import launch, train_ddp
+from data_parallel import launch, models, train_ddp
 
 CPU_ONLY = {'CUDA_VISIBLE_DEVICES': ''}  # gloo on the CPU, also on a GPU runner
 
@@ -35,13 +34,11 @@ def job(tmp_path, fashion_root):
     assert our_processes(str(tmp_path)) == []
 
 
-def run(tmp_path, *args, nproc=2, max_restarts=0, name='result', module=launch.TRAINER):
-    """torchrun the trainer on this machine; return (stdout, result record)."""
-    result = tmp_path / f'{name}.json'
-    command = launch.torchrun_command([*args, '--result', result], nproc, max_restarts,
-                                      module=module)
+def run(tmp_path, *args, world_size=2, max_restarts=0, module=launch.TRAINER):
+    """torchrun the trainer on this machine; return (stdout, its RESULT record)."""
+    command = launch.torchrun_command(args, world_size, max_restarts, module=module)
     stdout, = launch.launch(command, env=CPU_ONLY, timeout=300)
-    return stdout, json.loads(result.read_text())
+    return stdout, dp.read_result(stdout)
 
 
 def test_two_processes_match_one_process_with_the_full_batch(job):
@@ -76,15 +73,15 @@ def test_two_machines_on_localhost(job):
     """The chapter's two-node commands, with ADDR=127.0.0.1 and IFNAME=lo: 2 x 2 processes."""
     port = launch.free_port()
     args = ['--epochs', 1, '--num-train', 1024, '--num-test', 200,
-            '--result', job / 'two_nodes.json']
+            '--snapshot', job / 'two_nodes.pt']  # job's path: the leftover check
     commands = [launch.multinode_command(node_rank, '127.0.0.1', port, 'lo', args)
                 for node_rank in (0, 1)]
     assert 'GLOO_SOCKET_IFNAME=lo' in launch.show_command(*commands[1])
     assert '--node-rank=1 --rdzv-endpoint=127.0.0.1:' in launch.show_command(*commands[1])
     node0, node1 = launch.launch(*commands, env=CPU_ONLY, timeout=300)
     assert 'epoch 1: test accuracy' in node0 and node1 == ''  # only global rank 0 logs
-    record = json.loads((job / 'two_nodes.json').read_text())
-    assert record['num_devices'] == 4 and record['backend'] == 'gloo'
+    record = dp.read_result(node0)
+    assert record['world_size'] == 4 and record['backend'] == 'gloo'
     assert len(record['accuracies']) == 1
     with socket.socket() as s:  # the rendezvous port is free again
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -97,7 +94,7 @@ def test_killed_worker_resumes_from_the_last_snapshot(job):
     common = ['--epochs', 3, '--num-train', 1024, '--num-test', 200]
     snapshot = job / 'snapshots' / 'lenet.pt'
     stdout, record = run(job, '--fail-in-epoch', 2, *common, '--snapshot', snapshot,
-                         max_restarts=1, module='data_parallel.faults')
+                         max_restarts=1, module='data_parallel.jobs.faults')
     assert record['restarts'] == 1 and record['resumed_after_epoch'] == 1
     assert 'resumed from the snapshot taken after epoch 1' in stdout
     assert [stdout.count(f'epoch {e}:') for e in (1, 2, 3)] == [1, 1, 1]  # none repeated
@@ -106,7 +103,7 @@ def test_killed_worker_resumes_from_the_last_snapshot(job):
     assert saved['epoch'] == 3 and len(saved['accuracies']) == 3
     assert not list(snapshot.parent.glob('*.tmp'))  # written atomically
 
-    _, plain = run(job, *common, '--snapshot', job / 'plain.pt', name='plain')
+    _, plain = run(job, *common, '--snapshot', job / 'plain.pt')
     resumed = saved['model']
     uninterrupted = torch.load(job / 'plain.pt', weights_only=True)['model']
     for key in uninterrupted:  # nothing was lost or trained twice
@@ -119,26 +116,26 @@ def test_resnet18_tiny_configuration(job):
     stdout, record = run(job, '--model', 'resnet18', '--epochs', 1, '--num-train', 64,
                          '--num-test', 32, '--batch-size', 32, '--lr', 0.1,
                          '--snapshot', job / 'resnet.pt')
-    assert record['model'] == 'resnet18' and record['num_devices'] == 2
+    assert record['model'] == 'resnet18' and record['world_size'] == 2
     assert 0 <= record['accuracies'][0] <= 1
     state = torch.load(job / 'resnet.pt', weights_only=True)['model']
     assert any(key.endswith('running_mean') for key in state)
 
 
 def test_resnet18_shapes():
-    net = train_ddp.resnet18()
+    net = models.resnet18()
     assert net(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
     assert 11_000_000 < sum(p.numel() for p in net.parameters()) < 11_300_000
     assert not any(isinstance(m, torch.nn.MaxPool2d) for m in net.modules())
 
 
 def test_lenet_module_is_the_from_scratch_network():
-    net, X = train_ddp.LeNet(), torch.randn(3, 1, 28, 28)
+    net, X = models.LeNet(), torch.randn(3, 1, 28, 28)
     torch.testing.assert_close(net(X), dp.lenet(X, dp.init_lenet_params()))
 
 
 def test_snapshot_round_trip_with_weights_only(tmp_path):
-    model = train_ddp.LeNet()
+    model = models.LeNet()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)
     model(torch.randn(4, 1, 28, 28)).sum().backward()
     optimizer.step()  # momentum buffers: the optimiser has state to save
@@ -147,7 +144,7 @@ def test_snapshot_round_trip_with_weights_only(tmp_path):
                             {'accuracies': [0.5, 0.6], 'epoch_seconds': [1.0, 1.1]})
     snapshot = torch.load(path, weights_only=True)
     assert snapshot['epoch'] == 2 and snapshot['accuracies'] == [0.5, 0.6]
-    restored = train_ddp.LeNet(seed=1)
+    restored = models.LeNet(seed=1)
     restored.load_state_dict(snapshot['model'])
     torch.testing.assert_close(restored.state_dict(), model.state_dict())
     assert [p.name for p in tmp_path.iterdir()] == ['snap.pt']
@@ -157,7 +154,7 @@ def test_missing_data_exits_with_one_line(monkeypatch):
     def unavailable(train, root=None):
         raise dp.DataUnavailableError('Fashion-MNIST is not here.')
     monkeypatch.setattr(train_ddp.data, 'read_fashion_mnist', unavailable)
-    monkeypatch.setattr(train_ddp, 'setup', lambda: torch.device('cpu'))
+    monkeypatch.setattr(train_ddp.devices, 'setup', lambda: torch.device('cpu'))
     monkeypatch.setattr(train_ddp.dist, 'barrier', lambda: None)
     monkeypatch.setattr(train_ddp.dist, 'get_rank', lambda: 0)
     monkeypatch.setattr(train_ddp.dist, 'get_world_size', lambda: 1)

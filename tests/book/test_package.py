@@ -33,7 +33,7 @@ def code_cells(notebook):
 
 
 def test_nothing_edits_the_import_path():
-    files = [*ROOT.glob('book/**/*.py'), *ROOT.glob('scripts/*.py'), *ROOT.glob('tests/**/*.py')]
+    files = [*ROOT.glob('book/**/*.py'), *ROOT.glob('tools/*.py'), *ROOT.glob('tests/**/*.py')]
     found = [f'{path.relative_to(ROOT)}' for path in files if SYS_PATH in path.read_text()]
     found += [nb.name for nb in CHAPTERS
               if any(SYS_PATH in ''.join(c['source']) for c in code_cells(nb))]
@@ -41,7 +41,7 @@ def test_nothing_edits_the_import_path():
 
 
 def test_one_definition_of_the_repository_root():
-    files = [*ROOT.glob('book/data_parallel/*.py'), *ROOT.glob('scripts/*.py'),
+    files = [*ROOT.glob('book/data_parallel/*.py'), *ROOT.glob('tools/*.py'),
              *ROOT.glob('tests/*.py')]
     derived = [path.name for path in files if PARENTS in path.read_text()]
     assert derived == ['paths.py'], 'use dp.repo_root() / dp.work_dir() / dp.data_root()'
@@ -118,7 +118,7 @@ def test_chapter_runs_alone_in_an_empty_folder(tmp_path, site, fashion_root, cha
     alone.parent.mkdir()
     alone.write_text(json.dumps(nb))
     env = {**os.environ, 'PYTHONPATH': str(site), 'MULTIGPU_DATA': str(fashion_root)}
-    result = subprocess.run([sys.executable, str(ROOT / 'scripts' / 'execute_notebooks.py'),
+    result = subprocess.run([sys.executable, str(ROOT / 'tools' / 'execute_notebooks.py'),
                              str(alone)], env=env, capture_output=True, text=True,
                             timeout=900, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -1,6 +1,6 @@
 """The book's checks catch the bugs it names: each planted in a copy, both must fail.
 
-For every mutation of tests/mutations.py, the unit tests of the mutated module AND the
+For every mutation of tests/mutations/mutations.py, the unit tests of the mutated module AND the
 chapters' own checks (nbval on the cells that hold them) must fail, and the unmutated
 copy must pass the same runs (the control: without it a failure proves nothing). The
 slow part (minutes) runs only under `make mutations` (MULTIGPU_MUTATIONS=1), which
@@ -24,7 +24,7 @@ def test_mutations_and_selections_still_apply():
     notebooks = {p.name: json.loads(p.read_text())
                  for p in (mu.ROOT / 'book').glob('[0-9][0-9]_*.ipynb')}
     for chapter in CHAPTERS:
-        assert chapter in notebooks, f'{chapter} is gone: update tests/mutations.py'
+        assert chapter in notebooks, f'{chapter} is gone: update tests/mutations/mutations.py'
         assert mu.select_cells(notebooks[chapter]['cells'], mu.CHAPTER_CHECKS[chapter])
     for mutation in mu.MUTATIONS:
         module = mu.ROOT / 'book' / 'data_parallel' / mutation.module

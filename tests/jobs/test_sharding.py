@@ -8,14 +8,18 @@ import pytest
 import torch
 
 import data_parallel as dp
-from data_parallel import figures, shard_workers
+from data_parallel import figures, launch
+from data_parallel.jobs import shard_workers
 
 CPU_ONLY = {'CUDA_VISIBLE_DEVICES': ''}  # gloo on the CPU, also on a GPU runner
 
 
-def run(k, *args, **kw):
-    """torchrun shard_workers with k processes on the CPU: (result, output)."""
-    return shard_workers.run(k, *args, env=CPU_ONLY, timeout=300, **kw)
+def run(world_size, *args, max_restarts=0):
+    """torchrun shard_workers with world_size processes on the CPU: (result, output)."""
+    command = launch.torchrun_command(args, world_size, max_restarts,
+                                      module=shard_workers.__name__)
+    out, = launch.launch(command, env=CPU_ONLY, timeout=300)
+    return dp.read_result(out), out
 
 
 # --- Formulas (no processes) -------------------------------------------------------
@@ -49,7 +53,7 @@ def train_runs(fashion_root):
 def test_zero1_from_scratch_equals_ddp(fashion_root, k):
     """Ring reduce-scatter + all-gather equal all_reduce; ZeRO-1 steps equal DDP's."""
     result, _ = run(k, 'zero1', '--steps', 2)
-    assert result['checked'] and result['k'] == k and result['backend'] == 'gloo'
+    assert result['checked'] and result['world_size'] == k and result['backend'] == 'gloo'
     assert result['max_difference'] < 1e-6, result
     # 129,068 values: the momentum shards cover them once, sizes differ by at most one
     assert sum(result['momentum_values']) == result['num_params'] == 129_068
@@ -101,12 +105,12 @@ def test_killed_fsdp2_job_resumes_from_dcp_and_equals_an_uninterrupted_run(
     common = ['--impls', 'fsdp', '--steps', 4]
     resumed, out = run(2, 'train', *common, '--snapshot', tmp_path / 'snapshots',
                        '--save-every', 2, '--fail-at-step', 3,
-                       '--result', tmp_path / 'resumed.pt', max_restarts=1)
+                       '--save-params', tmp_path / 'resumed.pt', max_restarts=1)
     assert resumed['restarts'] == 1 and resumed['resumed_after_step'] == 2
     assert 'resumed from the snapshot taken after step 2' in out
     assert sorted(p.name for p in (tmp_path / 'snapshots').iterdir()) == [
         'step-2', 'step-4']
-    plain, _ = run(2, 'train', *common, '--result', tmp_path / 'plain.pt')
+    plain, _ = run(2, 'train', *common, '--save-params', tmp_path / 'plain.pt')
     assert plain['restarts'] == 0 and plain['resumed_after_step'] == 0
     a = torch.load(tmp_path / 'resumed.pt', weights_only=True)
     b = torch.load(tmp_path / 'plain.pt', weights_only=True)
@@ -116,8 +120,8 @@ def test_killed_fsdp2_job_resumes_from_dcp_and_equals_an_uninterrupted_run(
 
 
 def test_uneven_global_batch_stops_with_one_line(fashion_root):
-    with pytest.raises(RuntimeError, match='--global-batch 241 does not split evenly'):
-        run(2, 'zero1', '--global-batch', 241, '--steps', 1)
+    with pytest.raises(RuntimeError, match='--batch-size 241 does not split evenly'):
+        run(2, 'zero1', '--batch-size', 241, '--steps', 1)
 
 
 def test_snapshot_needs_fsdp_alone(fashion_root, tmp_path):
@@ -134,7 +138,7 @@ def test_snapshot_needs_fsdp_alone(fashion_root, tmp_path):
     (['zero1'], 'Start this module with torchrun'),
 ])
 def test_bad_flags_get_one_line(argv, message):
-    argv = [sys.executable, '-m', 'data_parallel.shard_workers', *argv]
+    argv = [sys.executable, '-m', 'data_parallel.jobs.shard_workers', *argv]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert result.returncode != 0
     lines = [line for line in result.stderr.strip().splitlines() if line.strip()]

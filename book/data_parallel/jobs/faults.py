@@ -1,7 +1,8 @@
 """train_ddp with one worker that dies halfway through an epoch, to exercise restarts.
 
-    torchrun --standalone --nproc-per-node=2 --max-restarts=1 -m data_parallel.faults \\
-        --fail-in-epoch 2 --epochs 3 --snapshot snapshots/lenet.pt
+    torchrun --standalone --nproc-per-node=2 --max-restarts=1 \\
+        -m data_parallel.jobs.faults --fail-in-epoch 2 --epochs 3 \\
+        --snapshot snapshots/lenet.pt
 
 On the first attempt only, the last rank kills itself with SIGKILL (as abruptly as a
 lost machine) halfway through the given epoch; every other argument goes to train_ddp.
@@ -14,8 +15,8 @@ import signal
 
 import torch.distributed as dist
 
-from . import train_ddp
-from .cli import at_least
+from .. import devices, train_ddp
+from ..cli import at_least
 
 
 class DyingLoader:
@@ -28,7 +29,7 @@ class DyingLoader:
         return len(self.loader)
 
     def __iter__(self):
-        first_attempt = int(os.environ.get('TORCHELASTIC_RESTART_COUNT', 0)) == 0
+        first_attempt = devices.restart_count() == 0
         last_rank = dist.get_rank() == dist.get_world_size() - 1
         dies = (first_attempt and last_rank
                 and self.sampler.epoch + 1 == self.fail_in_epoch)
@@ -39,7 +40,7 @@ class DyingLoader:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog='torchrun ... -m data_parallel.faults',
+    parser = argparse.ArgumentParser(prog='torchrun ... -m data_parallel.jobs.faults',
                                      description=__doc__.splitlines()[0])
     parser.add_argument('--fail-in-epoch', type=at_least(1, int), required=True,
                         metavar='EPOCH',

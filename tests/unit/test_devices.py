@@ -1,14 +1,14 @@
 """The book's one device policy, with the GPU count simulated: no GPU is needed.
 
 ``process_device`` (k processes, torchrun) and ``get_devices`` (one process, k devices)
-read the GPU count from ``torch.cuda.device_count``; ``train_ddp.setup`` must follow
+read the GPU count from ``torch.cuda.device_count``; ``devices.setup`` must follow
 ``process_device`` and never ask CUDA for a GPU that is not there.
 """
 import pytest
 import torch
 
 import data_parallel as dp
-from data_parallel import train_ddp
+from data_parallel import devices
 
 GPU_COUNTS = [0, 1, 2, 4, 8]
 PROCESS_COUNTS = [1, 2, 4, 8]
@@ -115,9 +115,9 @@ class Recorder:
 
 @pytest.fixture
 def fake_cuda_setup(monkeypatch):
-    """train_ddp.setup with a simulated GPU count and a recorded process group."""
+    """devices.setup with a simulated GPU count and a recorded process group."""
     init, set_device, set_threads = Recorder(), Recorder(), Recorder()
-    monkeypatch.setattr(train_ddp.dist, 'init_process_group', init)
+    monkeypatch.setattr(devices.dist, 'init_process_group', init)
     monkeypatch.setattr(torch.cuda, 'set_device', set_device)
     monkeypatch.setattr(torch, 'set_num_threads', set_threads)  # kept from this process
     monkeypatch.setattr(dp.devices, 'cpu_cores', lambda: 2)
@@ -126,7 +126,7 @@ def fake_cuda_setup(monkeypatch):
         monkeypatch.setattr(torch.cuda, 'device_count', lambda: num_gpus)
         monkeypatch.setenv('LOCAL_RANK', str(local_rank))
         monkeypatch.setenv('LOCAL_WORLD_SIZE', str(local_world_size))
-        device = train_ddp.setup()
+        device = devices.setup()
         run.threads = [args for args, _ in set_threads.calls]
         return device
     return run, init, set_device

@@ -1,0 +1,147 @@
+"""What the measuring programs share: timing, exactness checks, bytes, batches, main.
+
+Every function runs inside a torchrun worker whose process group is set up
+(``devices.setup``); ``world_size`` is the number of processes, and ``batch_size`` the
+global minibatch that the processes split evenly.
+"""
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+
+from .. import devices
+from ..data import DataUnavailableError
+from ..results import print_result
+
+SIZES = (1, 5, 1000, 1001, 129_068)
+"""Tensor sizes the exactness checks use: tiny, uneven over k ranks, and LeNet's."""
+
+
+def say(line):
+    """Rank 0 prints a line as soon as a measurement is done (the others stay quiet)."""
+    if dist.get_rank() == 0:
+        print(line, flush=True)
+
+
+def every_rank(value):
+    """The list of value from every rank, in rank order."""
+    values = [None] * dist.get_world_size()
+    dist.all_gather_object(values, value)
+    return values
+
+
+def check_exact(checks, device):
+    """Raise SystemExit unless each (name, fn, want) gives want(all_reduce(x)) exactly.
+
+    x holds integer values (sums of floats are then exact in any order), one tensor
+    per rank, of every size in SIZES; the checks run in order on the same x.
+    """
+    rank = dist.get_rank()
+    for n in SIZES:
+        generator = torch.Generator().manual_seed(rank + n)
+        x = torch.randint(-50, 50, (n,), generator=generator).float().to(device)
+        expected = x.clone()
+        dist.all_reduce(expected)
+        for name, fn, want in checks:
+            if not torch.equal(fn(x), want(expected)):
+                raise SystemExit(f'{name} differs from all_reduce for n={n}')
+    return True
+
+
+def check_batch(batch_size):
+    """DDP averages the ranks' mean losses: equal shards make that the full mean."""
+    world_size = dist.get_world_size()
+    if batch_size % world_size:
+        raise SystemExit(f'--batch-size {batch_size} does not split evenly over '
+                         f'{world_size} processes: use a multiple of {world_size}.')
+
+
+def local_batches(X, y, batch_size, steps, device):
+    """This process's part of each of `steps` global minibatches, already on device."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    out = []
+    for i in range(steps):
+        start = (i * batch_size) % (len(X) - batch_size)
+        X_b, y_b = X[start:start + batch_size], y[start:start + batch_size]
+        X_r = torch.tensor_split(X_b, world_size)[rank]
+        y_r = torch.tensor_split(y_b, world_size)[rank]
+        out.append((X_r.to(device), y_r.to(device)))
+    return out
+
+
+def max_difference(params, reference):
+    """Largest absolute difference between two lists of CPU tensors."""
+    return max((a - b).abs().max().item() for a, b in zip(params, reference))
+
+
+def timed(fn, device, repeats):
+    """Median seconds of fn() over repeats runs, all processes starting together."""
+    times = []
+    for _ in range(repeats):
+        dist.barrier()
+        devices.synchronize([device])
+        start = time.perf_counter()
+        fn()
+        devices.synchronize([device])
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def socket_bytes_written():
+    """Bytes this process has passed to write() and writev() so far (Linux only)."""
+    # /proc/self/io's wchar counts every write, sockets included; gloo's TCP transport
+    # writes with writev, so the difference over a step is what this rank sent (with
+    # NCCL the data moves without such calls, so we report nothing there).
+    try:
+        with open('/proc/self/io') as f:
+            return next(int(line.split()[1]) for line in f if line.startswith('wchar'))
+    except (OSError, StopIteration):
+        return None
+
+
+def timed_steps(step, batches, device):
+    """Run step on each batch: (median seconds per step, each rank's bytes per step)."""
+    seconds, written = [], 0
+    for X, y in batches:
+        dist.barrier()
+        devices.synchronize([device])
+        before, start = socket_bytes_written(), time.perf_counter()
+        step(X, y)
+        devices.synchronize([device])
+        seconds.append(time.perf_counter() - start)
+        after = socket_bytes_written()
+        written = None if before is None or after is None else written + after - before
+    if written is None or dist.get_backend() != 'gloo':
+        return statistics.median(seconds), None
+    return statistics.median(seconds), every_rank(written / len(batches))
+
+
+def tensor_bytes(tensors):
+    """Bytes of this rank's part of each tensor (a DTensor's local shard)."""
+    local = [t.to_local() if isinstance(t, DTensor) else t for t in tensors]
+    return sum(t.numel() * t.element_size() for t in local)
+
+
+def optimizer_state_bytes(optimizer):
+    """Bytes of the optimiser state that this rank holds (its shard, for ZeRO)."""
+    local = getattr(optimizer, 'optim', optimizer)  # ZeRO keeps its shard in .optim
+    return tensor_bytes([v for state in local.state.values() for v in state.values()
+                         if isinstance(v, torch.Tensor)])
+
+
+def run_mode(modes, args, example):
+    """Run modes[args.mode](args, device) in this worker; rank 0 prints its RESULT."""
+    if 'LOCAL_RANK' not in os.environ:
+        raise SystemExit(f'Start this module with torchrun, for example: {example}')
+    device = devices.setup()  # the book's device policy (one core per CPU process)
+    try:
+        result = modes[args.mode](args, device)
+        if dist.get_rank() == 0:
+            print_result(result)
+    except DataUnavailableError as error:
+        raise SystemExit(str(error) if dist.get_rank() == 0 else 1)
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,137 @@
+"""The package's floor plan: layers of modules, imports only downwards, small modules.
+
+Layers, from the bottom (the package docstring says the same in words):
+machinery (paths, cli, results, devices, data, launch) < taught code (scratch,
+collectives, performance, sharding) and models < the taught program (train_ddp) <
+figures and jobs. A module may import its own layer and the layers below. Jobs never
+import another job (their shared kit is jobs.measure) nor the taught program; the one
+exception is jobs.faults, which exists to wrap train_ddp and kill one of its workers.
+"""
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+import data_parallel as dp
+
+PACKAGE = Path(dp.__file__).parent
+ROOT = dp.repo_root()
+LAYERS = {
+    'machinery': (0, {'paths', 'cli', 'results', 'devices', 'data', 'launch'}),
+    'taught': (1, {'scratch', 'collectives', 'performance', 'sharding', 'models'}),
+    'program': (2, {'train_ddp'}),
+    'top': (3, {'figures', 'jobs'}),
+}
+ALLOWED_UPWARD = {('jobs.faults', 'train_ddp')}  # faults wraps the taught program
+MAX_LINES = 300
+
+
+def module_name(path):
+    """'jobs.measure' for book/data_parallel/jobs/measure.py; '' for __init__.py."""
+    parts = path.relative_to(PACKAGE).with_suffix('').parts
+    return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
+
+
+def imported(path):
+    """Names of the package's modules that the file at path imports."""
+    here = module_name(path).split('.') if path.name != '__init__.py' else (
+        module_name(path).split('.') + ['__init__'])
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = here[:len(here) - node.level]
+            if node.module:
+                names.add('.'.join(base + node.module.split('.')))
+            else:  # from . import a, b
+                names.update('.'.join(base + [a.name]) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and (node.module or '').startswith(
+                'data_parallel'):
+            names.add(node.module[len('data_parallel.'):])
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith('data_parallel'):
+                    names.add(alias.name[len('data_parallel.'):])
+    return {name for name in names if name}
+
+
+def layer(name):
+    """(layer number, group) of a module, by its top-level name."""
+    top = name.split('.')[0]
+    for group, (number, members) in LAYERS.items():
+        if top in members:
+            return number, group
+    raise LookupError(f'{name} is in no layer: add it to LAYERS in {__file__}')
+
+
+MODULES = sorted(PACKAGE.rglob('*.py'))
+GRAPH = {module_name(p): imported(p) for p in MODULES}
+
+
+def test_every_module_has_a_layer():
+    for name in GRAPH:
+        if name:  # the package's face, __init__, may import anything
+            layer(name)
+
+
+def violations(graph):
+    """One line per import that breaks the layering, in a {module: imports} graph."""
+    found = []
+    for name, targets in sorted(graph.items()):
+        if not name:  # the package's face, __init__, may import anything
+            continue
+        mine, _ = layer(name)
+        for target in sorted(targets):
+            if (name, target) in ALLOWED_UPWARD:
+                continue
+            theirs, group = layer(target)
+            if theirs > mine:
+                found.append(f'{name} (layer {mine}) imports {target} ({group})')
+            elif name.startswith('jobs.') and target.startswith('jobs.') \
+                    and target != 'jobs.measure':
+                found.append(f'job {name} imports job {target}')
+            elif name.startswith('jobs.') and target == 'train_ddp':
+                found.append(f'job {name} imports the taught program')
+    return found
+
+
+def test_imports_go_down_or_sideways():
+    assert violations(GRAPH) == []
+
+
+def test_the_layering_check_catches_planted_imports():
+    planted = {'collectives': {'jobs.measure', 'scratch'},
+               'jobs.perf_workers': {'jobs.shard_workers', 'train_ddp', 'models'},
+               'jobs.faults': {'train_ddp'}}
+    assert violations(planted) == [
+        'collectives (layer 1) imports jobs.measure (top)',
+        'job jobs.perf_workers imports job jobs.shard_workers',
+        'job jobs.perf_workers imports the taught program']
+
+
+def test_no_module_imports_the_package_face():
+    """Inside the package `import data_parallel as dp` hides what a module needs."""
+    for path in MODULES:
+        assert 'import data_parallel as dp' not in path.read_text(), path
+
+
+@pytest.mark.parametrize('path', MODULES, ids=[str(p.relative_to(PACKAGE))
+                                               for p in MODULES])
+def test_modules_are_small(path):
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_LINES, f'{path.name}: {lines} lines; split it by concern'
+
+
+def test_readme_layout_lists_every_module():
+    """The README's layout section names every module of the package and every tool."""
+    text = (ROOT / 'README.md').read_text()
+    section = text[text.index('## Layout'):]
+    section = section[:section.find('\n## ', 4) if '\n## ' in section[4:] else None]
+    names = {p.stem for p in MODULES if p.name != '__init__.py'}
+    names |= {p.parent.name + '/' for p in MODULES if p.name == '__init__.py'
+              and p.parent != PACKAGE}
+    names |= {p.name for p in (ROOT / 'tools').glob('*.py')}
+    names |= {p.name + '/' for p in (ROOT / 'tests').iterdir()
+              if p.is_dir() and not p.name.startswith(('_', '.'))}
+    missing = sorted(n for n in names if not re.search(rf'\b{re.escape(n)}', section))
+    assert not missing, f'README.md ## Layout does not list: {missing}'
