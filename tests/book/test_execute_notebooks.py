@@ -3,6 +3,7 @@ it ran are one block of output, not one per flush."""
 import importlib.util
 
 import nbformat
+import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from data_parallel import paths
@@ -21,6 +22,7 @@ time.sleep(0.3)
 print('done')'''
 
 
+@pytest.mark.slow  # starts a kernel
 def test_lines_printed_while_running_are_stored_as_one_output(tmp_path):
     path = tmp_path / 'live.ipynb'
     nbformat.write(new_notebook(cells=[new_code_cell(LIVE)]), path)

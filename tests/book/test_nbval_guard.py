@@ -6,6 +6,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+pytestmark = pytest.mark.slow  # each test starts nbval and a kernel
 SANITIZE = Path(__file__).parents[1] / 'nbval_sanitize.cfg'
 
 

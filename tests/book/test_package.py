@@ -90,6 +90,7 @@ def site(tmp_path_factory, wheel):
     return target
 
 
+@pytest.mark.slow
 def test_install_cell_installs_the_package_once(tmp_path, wheel):
     venv = tmp_path / 'venv'
     subprocess.run([sys.executable, '-m', 'venv', str(venv)], check=True, timeout=300)
@@ -108,6 +109,7 @@ def test_install_cell_installs_the_package_once(tmp_path, wheel):
     assert second.stdout.splitlines() == ['found: True'], 'the second run installs nothing'
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('chapter', CHAPTERS[:5], ids=[nb.name for nb in CHAPTERS[:5]])
 def test_chapter_runs_alone_in_an_empty_folder(tmp_path, site, fashion_root, chapter):
     nb = json.loads(chapter.read_text())
@@ -128,6 +130,7 @@ def test_chapter_runs_alone_in_an_empty_folder(tmp_path, site, fashion_root, cha
         'a chapter leaves no files beside itself'
 
 
+@pytest.mark.slow
 def test_make_lab_starts_jupyterlab_on_the_book(tmp_path):
     port, token = free_port(), 'test-token-123'
     env = {**os.environ, 'JUPYTER_TOKEN': token, 'JUPYTER_RUNTIME_DIR': str(tmp_path)}

@@ -9,8 +9,9 @@ import torch
 from torch.utils.data.distributed import DistributedSampler
 
 import data_parallel as dp
-from data_parallel import launch, models, train_ddp
+from data_parallel import launch
 
+pytestmark = pytest.mark.slow  # every test here starts torchrun jobs
 CPU_ONLY = {'CUDA_VISIBLE_DEVICES': ''}  # gloo on the CPU, also on a GPU runner
 
 
@@ -120,51 +121,3 @@ def test_resnet18_tiny_configuration(job):
     assert 0 <= record['accuracies'][0] <= 1
     state = torch.load(job / 'resnet.pt', weights_only=True)['model']
     assert any(key.endswith('running_mean') for key in state)
-
-
-def test_resnet18_shapes():
-    net = models.resnet18()
-    assert net(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
-    assert 11_000_000 < sum(p.numel() for p in net.parameters()) < 11_300_000
-    assert not any(isinstance(m, torch.nn.MaxPool2d) for m in net.modules())
-
-
-def test_lenet_module_is_the_from_scratch_network():
-    net, X = models.LeNet(), torch.randn(3, 1, 28, 28)
-    torch.testing.assert_close(net(X), dp.lenet(X, dp.init_lenet_params()))
-
-
-def test_snapshot_round_trip_with_weights_only(tmp_path):
-    model = models.LeNet()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)
-    model(torch.randn(4, 1, 28, 28)).sum().backward()
-    optimizer.step()  # momentum buffers: the optimiser has state to save
-    path = tmp_path / 'snap.pt'
-    train_ddp.save_snapshot(path, model, optimizer, 2,
-                            {'accuracies': [0.5, 0.6], 'epoch_seconds': [1.0, 1.1]})
-    snapshot = torch.load(path, weights_only=True)
-    assert snapshot['epoch'] == 2 and snapshot['accuracies'] == [0.5, 0.6]
-    restored = models.LeNet(seed=1)
-    restored.load_state_dict(snapshot['model'])
-    torch.testing.assert_close(restored.state_dict(), model.state_dict())
-    assert [p.name for p in tmp_path.iterdir()] == ['snap.pt']
-
-
-def test_missing_data_exits_with_one_line(monkeypatch):
-    def unavailable(train, root=None):
-        raise dp.DataUnavailableError('Fashion-MNIST is not here.')
-    monkeypatch.setattr(train_ddp.data, 'read_fashion_mnist', unavailable)
-    monkeypatch.setattr(train_ddp.devices, 'setup', lambda: torch.device('cpu'))
-    monkeypatch.setattr(train_ddp.dist, 'barrier', lambda: None)
-    monkeypatch.setattr(train_ddp.dist, 'get_rank', lambda: 0)
-    monkeypatch.setattr(train_ddp.dist, 'get_world_size', lambda: 1)
-    monkeypatch.setenv('LOCAL_RANK', '0')
-    with pytest.raises(SystemExit) as exit_info:
-        train_ddp.main([])
-    assert exit_info.value.code == 'Fashion-MNIST is not here.'
-
-
-def test_without_torchrun_it_says_how_to_start(monkeypatch):
-    monkeypatch.delenv('LOCAL_RANK', raising=False)
-    with pytest.raises(SystemExit, match='torchrun'):
-        train_ddp.main([])

@@ -82,6 +82,7 @@ def test_a_damaged_snapshot_gets_one_line_and_stays_as_it_is(tmp_path, damage):
     assert path.read_bytes() == before
 
 
+@pytest.mark.slow
 def test_torchrun_job_with_a_damaged_snapshot_stops_with_that_line(tmp_path, fashion_root):
     path = tmp_path / 'snapshot.pt'
     garbage(path)
@@ -110,6 +111,7 @@ def test_a_truncated_data_file_is_named(tmp_path, fashion_root):
     assert X_test.shape == (10_000, 1, 28, 28)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('argv, message', [
     (['-m', 'data_parallel.jobs.perf_workers', 'allreduce', '--mb', '-1'],
      'argument --mb: -1: use a finite number greater than 0'),

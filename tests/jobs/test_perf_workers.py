@@ -6,8 +6,9 @@ import data_parallel as dp
 from data_parallel import launch
 from data_parallel.jobs import perf_workers
 
-pytestmark = pytest.mark.skipif(torch.cuda.device_count() >= 2,
-                                reason='checks the CPU device model (gloo, one core)')
+pytestmark = [pytest.mark.slow,  # every test here starts torchrun jobs
+              pytest.mark.skipif(torch.cuda.device_count() >= 2,
+                                 reason='checks the CPU device model (gloo, one core)')]
 
 
 def test_train_records_every_variant_and_streams_one_line_each(fashion_root, capsys):

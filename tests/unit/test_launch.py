@@ -33,6 +33,7 @@ dist.destroy_process_group()
 '''
 
 
+@pytest.mark.slow
 def test_first_line_arrives_before_the_job_ends(tmp_path):
     program, marker = tmp_path / 'job.py', tmp_path / 'reader_saw_epoch_1'
     program.write_text(WAITS_FOR_READER)
@@ -76,6 +77,7 @@ def test_failure_shows_what_every_process_said():
     assert 'rank 0: epoch 1 done' in message and 'the batch was empty' in message
 
 
+@pytest.mark.slow
 def test_time_limit_stops_the_job_and_its_children(tmp_path):
     pid_file = tmp_path / 'child.pid'
     code = textwrap.dedent(f'''
@@ -105,6 +107,7 @@ def alive(pid):
     return True
 
 
+@pytest.mark.slow
 def test_a_worker_that_outlives_its_launcher_does_not_hold_the_job(tmp_path):
     # The launcher exits while a process it started still holds the output pipe open.
     code = textwrap.dedent('''

@@ -1,4 +1,4 @@
-"""Chapter 9: the memory formulas, ZeRO-1 from scratch, ZeroRedundancyOptimizer and
+"""data_parallel.jobs.shard_workers: ZeRO-1 from scratch, ZeroRedundancyOptimizer and
 FSDP2 against DDP, memory per rank, and a killed FSDP2 job resumed from DCP snapshots.
 Every job runs on the CPU (gloo) with a few steps on a slice of Fashion-MNIST."""
 import subprocess
@@ -8,9 +8,10 @@ import pytest
 import torch
 
 import data_parallel as dp
-from data_parallel import figures, launch
+from data_parallel import launch
 from data_parallel.jobs import shard_workers
 
+pytestmark = pytest.mark.slow  # every test here starts torchrun jobs or Python
 CPU_ONLY = {'CUDA_VISIBLE_DEVICES': ''}  # gloo on the CPU, also on a GPU runner
 
 
@@ -20,25 +21,6 @@ def run(world_size, *args, max_restarts=0):
                                       module=shard_workers.__name__)
     out, = launch.launch(command, env=CPU_ONLY, timeout=300)
     return dp.read_result(out), out
-
-
-# --- Formulas (no processes) -------------------------------------------------------
-
-def test_replica_bytes_counts_parameters_gradients_and_state():
-    assert dp.replica_bytes(10, 'sgd') == {'parameters': 40, 'gradients': 40,
-                                           'optimizer state': 0}
-    assert dp.replica_bytes(10, 'momentum')['optimizer state'] == 40
-    assert sum(dp.replica_bytes(10**9, 'adam').values()) == 16e9
-    assert sum(dp.replica_bytes(10, 'adam', bytes_per_value=2).values()) == 80
-
-
-@pytest.mark.parametrize('k', [1, 2, 3, 8])
-def test_bytes_per_device_divides_what_each_stage_shards(k):
-    P = G = 4e9  # one billion parameters, Adam, fp32
-    S = 8e9
-    expected = [P + G + S, P + G + S / k, P + (G + S) / k, (P + G + S) / k]
-    got = [dp.bytes_per_device(10**9, k, stage, 'adam') for stage in range(4)]
-    assert got == pytest.approx(expected)
 
 
 # --- torchrun jobs -------------------------------------------------------------------
@@ -144,31 +126,3 @@ def test_bad_flags_get_one_line(argv, message):
     lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
     assert message in lines[-1]
     assert 'Traceback' not in result.stderr
-
-
-# --- The figure --------------------------------------------------------------------
-
-def test_sharded_memory_plot_draws_each_stage_legibly():
-    import matplotlib
-    matplotlib.use('Agg')
-    from matplotlib import pyplot as plt
-    from matplotlib.text import Text
-    ks = [1, 2, 4, 8]
-    runs = {name: [dp.bytes_per_device(10**9, k, stage, 'adam') for k in ks]
-            for stage, name in enumerate(['DP', 'ZeRO-1', 'ZeRO-2', 'ZeRO-3'])}
-    fig = dp.plot_sharded_memory(ks, runs, title='1B')
-    try:
-        ax, = fig.axes
-        assert [line.get_label() for line in ax.lines] == list(runs)
-        assert list(ax.lines[3].get_ydata()) == [16, 8, 4, 2]  # GB, ZeRO-3 falls as 1/k
-        assert fig.dpi == figures.FIGURE_DPI
-        fig.canvas.draw()
-        renderer = fig.canvas.get_renderer()
-        png_px = fig.get_tightbbox(renderer).width * fig.dpi
-        shown_px = min(png_px, figures.COLUMN_PX)
-        labels = [t for t in fig.findobj(Text)
-                  if t.get_visible() and t.get_text().strip()]
-        smallest = min(t.get_fontsize() for t in labels)
-        assert smallest * fig.dpi / 72 * shown_px / png_px >= figures.MIN_LABEL_PX
-    finally:
-        plt.close(fig)

@@ -1,0 +1,17 @@
+"""The networks the programs train: one definition each, in data_parallel.models."""
+import torch
+
+import data_parallel as dp
+from data_parallel import models
+
+
+def test_resnet18_shapes():
+    net = models.resnet18()
+    assert net(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+    assert 11_000_000 < sum(p.numel() for p in net.parameters()) < 11_300_000
+    assert not any(isinstance(m, torch.nn.MaxPool2d) for m in net.modules())
+
+
+def test_lenet_module_is_the_from_scratch_network():
+    net, X = models.LeNet(), torch.randn(3, 1, 28, 28)
+    torch.testing.assert_close(net(X), dp.lenet(X, dp.init_lenet_params()))
