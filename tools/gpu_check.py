@@ -8,14 +8,15 @@ its own time limit (about 9 minutes in all on one modern GPU):
 3. chapter 7's DDP job: LeNet for 3 epochs, one process per GPU (NCCL);
 4. ResNet-18 for 2 epochs on one GPU (seconds per epoch);
 5. with 2 GPUs or more: the ring and star allreduce against dist.all_reduce under NCCL
-   (``perf_workers allreduce --mb 25``, one process per GPU), and its bus bandwidth.
+   (``data_parallel.jobs.perf_workers allreduce --mb 25``, one process per GPU), and
+   its bus bandwidth.
 
 It prints one line per step as the step ends, then the summary table (GPU, CUDA,
 driver, compute capability, steps, figures), and exits 1 if a step failed. Without a
 GPU it says so in one line and exits 0 without running anything. From the repository's
 root, with MULTIGPU_DATA naming the folder that holds FashionMNIST/raw/:
 
-    make gpu-check          (or: .venv/bin/python scripts/gpu_check.py)
+    make gpu-check          (or: .venv/bin/python tools/gpu_check.py)
 """
 import collections
 import glob
@@ -25,14 +26,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 
 import data_parallel as dp
-from data_parallel import launch, perf_workers
+from data_parallel import launch
+from data_parallel.jobs import perf_workers
 
 ROOT = dp.repo_root()
 WIDTH = 88
@@ -136,22 +136,23 @@ def notebooks(timeout):
     return last_line(out), {}, out
 
 
-def ddp_job(args, nproc, timeout):
-    """Run train_ddp with torchrun; (its --result record, its stdout)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        result = Path(tmp) / 'result.json'
-        command = launch.torchrun_command([*args, '--result', result], nproc=nproc)
-        try:
-            out, = launch.launch(command, timeout=timeout)
-        except RuntimeError as error:  # launch says why, with the end of the output
-            raise StepFailed(str(error).splitlines()[0], str(error)) from None
-        return json.loads(result.read_text()), out
+def ddp_job(args, world_size, timeout):
+    """Run train_ddp with torchrun; (its record: rank 0's RESULT line, its stdout)."""
+    command = launch.torchrun_command(args, world_size=world_size)
+    try:
+        out, = launch.launch(command, timeout=timeout)  # kills every process it started
+        return dp.read_result(out), out
+    except RuntimeError as error:  # launch or read_result says why, and the output
+        raise StepFailed(str(error).splitlines()[0], str(error)) from None
 
 
-def check_record(record, nproc, out):
+def check_record(record, world_size, out):
     """The job used NCCL with one GPU per process and learned something."""
     devices = record['devices']
-    if record['backend'] != 'nccl' or len(set(devices)) != nproc \
+    if record['world_size'] != world_size:
+        raise StepFailed(f"ran {record['world_size']} process(es), not {world_size}",
+                         out)
+    if record['backend'] != 'nccl' or len(set(devices)) != world_size \
             or not all(d.startswith('cuda:') for d in devices):
         raise StepFailed(f"ran on {record['backend']} / {sorted(set(devices))}, not "
                          f'NCCL with one GPU per process', out)
@@ -161,16 +162,16 @@ def check_record(record, nproc, out):
     return accuracy
 
 
-def lenet_ddp(nproc):
+def lenet_ddp(world_size):
     """Chapter 7's job: LeNet, 3 epochs, global batch ~256, one process per GPU."""
-    batch = max(nproc, 256 // nproc * nproc)  # splits evenly over the processes
+    batch = max(world_size, 256 // world_size * world_size)  # splits evenly
 
     def run(timeout):
         args = ['--epochs', 3, '--batch-size', batch, '--lr', 0.2]
-        record, out = ddp_job(args, nproc, timeout)
-        accuracy = check_record(record, nproc, out)
+        record, out = ddp_job(args, world_size, timeout)
+        accuracy = check_record(record, world_size, out)
         seconds = record['seconds_per_epoch']
-        detail = f'{nproc} process(es), NCCL, accuracy {accuracy:.3f}'
+        detail = f'{world_size} process(es), NCCL, accuracy {accuracy:.3f}'
         return detail, {'lenet_seconds_per_epoch': seconds}, out
     return run
 
@@ -184,18 +185,20 @@ def resnet18(timeout):
             {'resnet18_seconds_per_epoch': record['seconds_per_epoch']}, out)
 
 
-def allreduce(nproc):
+def allreduce(world_size):
     """Ring and star equal dist.all_reduce under NCCL; their bus bandwidth."""
     def run(timeout):
-        try:
-            result = perf_workers.run(nproc, 'allreduce', '--mb', 25, timeout=timeout,
-                                     echo=False)  # one line per step, printed below
+        try:  # quiet (echo=False): one line per step, printed below
+            result = launch.run(perf_workers, world_size, 'allreduce', '--mb', 25,
+                                timeout=timeout)
         except RuntimeError as error:
             raise StepFailed(str(error).splitlines()[0], str(error)) from None
-        if not result.get('checked') or result.get('backend') != 'nccl':
-            raise StepFailed(f"not checked under NCCL: {result.get('backend')}",
-                             json.dumps(result))
-        return (f'{nproc} GPUs, ring and star equal all_reduce',
+        if not result.get('checked') or result.get('backend') != 'nccl' \
+                or result.get('world_size') != world_size:
+            raise StepFailed(f"not checked under NCCL on {world_size} GPUs: "
+                             f"{result.get('backend')}, world_size "
+                             f"{result.get('world_size')}", json.dumps(result))
+        return (f'{world_size} GPUs, ring and star equal all_reduce',
                 {'busbw': result['busbw']}, json.dumps(result))
     return run
 

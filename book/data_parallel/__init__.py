@@ -1,22 +1,34 @@
 """The helper package of *Training on Multiple GPUs*: every chapter imports it as ``dp``.
 
 A function that a chapter teaches and a later one reuses is written out in that chapter
-(in a cell starting with ``#@save``) and kept identical here; ``tests/test_sync.py``
-fails when the two differ. The modules, by concern:
+(in a cell starting with ``#@save``) and kept identical here; ``tests/book/test_sync.py``
+fails when the two differ. The modules, in layers (a module imports only from its own
+layer or those below it; ``tests/repo/test_layout.py`` checks it):
 
-- ``scratch``: the article's code, LeNet to the data-parallel trainer (chapters 3-6);
-- ``performance``: chapter 8's flat buffers, improved step, allreduces, cost model;
-- ``devices``: which devices a job gets (the book's one policy), synchronising, timing;
-- ``data``: Fashion-MNIST in memory, and the per-image loader of the article;
-- ``paths``: the repository, data and results folders;
-- ``sharding``: chapter 9's memory formulas, reduce-scatter, all-gather and ZeRO-1;
-- ``figures``: the chapters' diagrams and plots;
-- ``launch``: starting torchrun jobs from a notebook or a test;
-- ``train_ddp``, ``faults``, ``perf_workers``, ``shard_workers``: programs that
-  ``torchrun -m`` starts.
+1. machinery: ``paths`` (repository, data and results folders), ``cli`` (checks on
+   command-line values), ``results`` (a job's ``RESULT <json>`` line, results a chapter
+   leaves for a later one), ``devices`` (the book's one device policy, a process's
+   ``setup``, synchronising, timing), ``data`` (Fashion-MNIST in memory, the article's
+   per-image loader), ``launch`` (torchrun jobs from a notebook or a test);
+2. taught code, the ``#@save`` mirrors: ``scratch`` (the article's code, LeNet to the
+   data-parallel trainer), ``collectives`` (star and ring allreduce, reduce-scatter,
+   all-gather), ``performance`` (flat buffers, the improved step, the cost model),
+   ``sharding`` (memory formulas, ZeRO-1); and ``models`` (LeNet as a module, ResNet-18,
+   an MLP: one definition each);
+3. the taught program ``train_ddp``, which ``torchrun -m data_parallel.train_ddp`` starts;
+4. ``figures`` (the chapters' diagrams and plots) and ``jobs`` (the measuring programs
+   that torchrun starts, ``torchrun -m data_parallel.jobs.NAME``).
+
+One vocabulary throughout: ``world_size`` is the number of processes of a job (``rank``,
+``local_rank`` one of them), ``devices`` the list of devices one process drives and
+``num_devices`` its length, ``k`` the number of replicas in a formula; ``batch_size`` is
+always the global minibatch, and a per-device or per-process batch says so in its name
+(``per_device_batch``). Every job reports back through one ``RESULT <json>`` line.
 
 Importing the package changes no global setting (no seeds, no thread counts, no style).
 """
+from .collectives import (exchange, own_shard, ring_all_gather, ring_allreduce,
+                          ring_reduce_scatter, star_allreduce)
 from .data import (DataUnavailableError, TensorBatches, load_fashion_mnist,
                    per_image_loader, read_fashion_mnist)
 from .devices import (Timer, cpu_cores, describe_devices, describe_environment,
@@ -24,11 +36,12 @@ from .devices import (Timer, cpu_cores, describe_devices, describe_environment,
 from .figures import (plot_accuracy, plot_allreduce, plot_data_parallel_steps,
                       plot_lenet_shapes, plot_ring_allreduce, plot_scaling, plot_scatter,
                       plot_sharded_memory, plot_split_strategies, write_book_figures)
+from .models import LeNet, mlp, resnet18
 from .paths import DATA_ENV, data_root, repo_root, results_dir, work_dir
-from .performance import (FlatParams, allreduce_seconds, forward_backward,
-                          ring_allreduce, star_allreduce, step_seconds, train_batch_flat)
-from .results import glue, load_result, save_result
-from .sharding import (OPTIMIZER_STATES, bytes_per_device, own_shard, replica_bytes,
-                       ring_all_gather, ring_reduce_scatter, zero1_step)
+from .performance import (FlatParams, allreduce_seconds, forward_backward, loop,
+                          median_seconds, one_pass, passes, step_seconds,
+                          train_batch_flat)
+from .results import glue, load_result, read_result, save_result
+from .sharding import OPTIMIZER_STATES, bytes_per_device, replica_bytes, zero1_step
 from .scratch import (allreduce, evaluate_accuracy, get_params, init_lenet_params,
                       lenet, loss, sgd, split_batch, train, train_batch)

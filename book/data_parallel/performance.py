@@ -1,8 +1,44 @@
-"""Chapter 8: flat buffers, the improved step, star and ring allreduce, a cost model."""
-import torch
-from torch import distributed as dist
+"""Where the time goes: timing, flat buffers, the improved step, a cost model (#@save).
 
+The chapter times with ``median_seconds`` what ``one_pass``, ``loop`` and ``passes``
+run; ``tools/benchmark.py`` measures with the same functions. The allreduces that
+chapter writes from point-to-point messages live in ``collectives``, beside the
+sharding chapter's reduce-scatter and all-gather.
+"""
+import statistics
+import time
+
+import torch
+
+from .devices import synchronize
 from .scratch import lenet, loss, split_batch, allreduce
+
+
+def median_seconds(fns, devices, repeats=3):
+    """Median seconds of each function in fns (a dict), the functions interleaved."""
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            synchronize(devices)
+            start = time.perf_counter()
+            fn()
+            synchronize(devices)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def one_pass(loader):
+    """One epoch of a loader's batches, doing nothing with them: its time alone."""
+    for X, y in loader:
+        pass
+
+
+def loop(loader, step, num_batches):
+    """step(X, y) on each of the first num_batches batches of loader."""
+    for i, (X, y) in enumerate(loader):
+        step(X, y)
+        if i + 1 == num_batches:
+            break
 
 
 class FlatParams:
@@ -41,46 +77,16 @@ def train_batch_flat(X, y, replicas, devices, lr, pool=None):
             replica.grad.zero_()
 
 
-def star_allreduce(tensor):
-    """The article's pattern between processes: rank 0 sums all, sends the sum back."""
-    rank, k = dist.get_rank(), dist.get_world_size()
-    if rank == 0:
-        received = torch.empty_like(tensor)
-        for src in range(1, k):
-            dist.recv(received, src=src)
-            tensor += received
-        for dst in range(1, k):
-            dist.send(tensor, dst=dst)
-    else:
-        dist.send(tensor, dst=0)
-        dist.recv(tensor, src=0)
-    return tensor
-
-
-def _exchange(send, recv, right, left):
-    """Send one chunk to the right neighbour while receiving one from the left."""
-    # Batched, so that NCCL posts both at once: an isend on its own may wait for the
-    # matching irecv, and every rank sending first would deadlock (see the docs of
-    # torch.distributed.batch_isend_irecv). Gloo runs the same code.
-    ops = [dist.P2POp(dist.isend, send, right), dist.P2POp(dist.irecv, recv, left)]
-    for request in dist.batch_isend_irecv(ops):
-        request.wait()
-
-
-def ring_allreduce(tensor):
-    """Sum a contiguous tensor over all ranks, in place: reduce-scatter, all-gather."""
-    rank, k = dist.get_rank(), dist.get_world_size()
-    chunks = torch.tensor_split(tensor.view(-1), k)  # views; sizes differ by at most 1
-    right, left = (rank + 1) % k, (rank - 1) % k
-    received = torch.empty_like(chunks[0])
-    for step in range(k - 1):  # reduce-scatter: k - 1 hops, each adds one more term
-        send, recv = chunks[(rank - step) % k], chunks[(rank - step - 1) % k]
-        _exchange(send, received[:len(recv)], right, left)
-        recv += received[:len(recv)]
-    for step in range(k - 1):  # all-gather: chunk (rank + 1) % k is summed; pass it on
-        send, recv = chunks[(rank - step + 1) % k], chunks[(rank - step) % k]
-        _exchange(send, recv, right, left)
-    return tensor
+def passes(batches, replicas, pool=None):
+    """Only the forward and backward passes of train_batch_flat, on split batches."""
+    for _, _, X_shards, y_shards in batches:  # (X, y, X_shards, y_shards)
+        if pool is None:  # one device after the other
+            for X_shard, y_shard, replica in zip(X_shards, y_shards, replicas):
+                forward_backward(X_shard, y_shard, replica)
+        else:  # one thread per device
+            list(pool.map(forward_backward, X_shards, y_shards, replicas))
+        for replica in replicas:
+            replica.grad.zero_()
 
 
 def allreduce_seconds(num_values, k, bytes_per_second, bytes_per_value=4):

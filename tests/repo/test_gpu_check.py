@@ -1,7 +1,8 @@
-"""scripts/gpu_check.py (make gpu-check) without a GPU: the GPU count and the step
+"""tools/gpu_check.py (make gpu-check) without a GPU: the GPU count and the step
 runner are simulated, so the control flow, the summary and the exit codes are tested
 here; the steps themselves only run on a GPU machine."""
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -22,9 +23,9 @@ FIGURES = {'ddp': {'lenet_seconds_per_epoch': 1.234},
 
 @pytest.fixture
 def gpu_check():
-    """The script as a module (scripts/ is not a package)."""
+    """The script as a module (tools/ is not a package)."""
     spec = importlib.util.spec_from_file_location('gpu_check',
-                                                  ROOT / 'scripts' / 'gpu_check.py')
+                                                  ROOT / 'tools' / 'gpu_check.py')
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -154,15 +155,74 @@ def test_run_command_reports_the_exit_code_and_last_line(gpu_check):
     assert reason == 'exit code 1: 1 failed, 3 passed' and '3 passed' in output
 
 
+GOOD_RECORD = {'world_size': 2, 'backend': 'nccl', 'devices': ['cuda:0', 'cuda:1'],
+               'accuracies': [0.7], 'seconds_per_epoch': 1.5}
+
+
 def test_ddp_record_must_be_nccl_on_distinct_gpus(gpu_check):
-    good = {'backend': 'nccl', 'devices': ['cuda:0', 'cuda:1'], 'accuracies': [0.7]}
+    good = GOOD_RECORD
     assert gpu_check.check_record(good, 2, '') == 0.7
     for bad in ({**good, 'backend': 'gloo', 'devices': ['cpu', 'cpu']},
                 {**good, 'backend': 'gloo'},
                 {**good, 'devices': ['cuda:0', 'cuda:0']},
+                {**good, 'world_size': 1},
                 {**good, 'accuracies': [0.1]}):
         with pytest.raises(gpu_check.StepFailed):
             gpu_check.check_record(bad, 2, '')
+
+
+def fake_launch(monkeypatch, gpu_check, stdout):
+    """launch.launch answering every job with stdout; returns the commands it got."""
+    commands = []
+
+    def launch(*cmds, env=None, timeout=900, echo=False):
+        commands.extend(cmds)
+        return [stdout for _ in cmds]
+    monkeypatch.setattr(gpu_check.launch, 'launch', launch)
+    return commands
+
+
+def test_ddp_step_reads_the_jobs_result_line(monkeypatch, gpu_check):
+    stdout = ('epoch 3: test accuracy 0.700, 1.5 s\n'
+              f'RESULT {json.dumps(GOOD_RECORD)}\n')
+    commands = fake_launch(monkeypatch, gpu_check, stdout)
+    detail, figures, output = gpu_check.lenet_ddp(2)(timeout=60)
+    (env, argv), = commands
+    assert '--nproc-per-node=2' in argv and argv[argv.index('-m', 3) + 1] == \
+        'data_parallel.train_ddp'
+    assert '--result' not in argv  # the record comes back on stdout
+    assert argv[argv.index('--batch-size') + 1] == '256'
+    assert detail == '2 process(es), NCCL, accuracy 0.700'
+    assert figures == {'lenet_seconds_per_epoch': 1.5} and output == stdout
+
+
+def test_ddp_step_without_a_result_line_fails(monkeypatch, gpu_check):
+    fake_launch(monkeypatch, gpu_check, 'epoch 1: test accuracy 0.700\n')
+    with pytest.raises(gpu_check.StepFailed) as failure:
+        gpu_check.resnet18(timeout=60)
+    reason, output = failure.value.args
+    assert reason == 'torchrun printed no RESULT line:' and 'epoch 1' in output
+
+
+def test_allreduce_step_runs_perf_workers_on_every_gpu(monkeypatch, gpu_check):
+    calls = []
+    record = {'world_size': 4, 'backend': 'nccl', 'checked': True,
+              'busbw': {'star': 1e9, 'ring': 2e9, 'torch': 3e9}}
+
+    def run(module, world_size, *args, timeout=600, echo=False, **kwargs):
+        calls.append((module.__name__, world_size, args, timeout, echo))
+        return record
+    monkeypatch.setattr(gpu_check.launch, 'run', run)
+    detail, figures, _ = gpu_check.allreduce(4)(timeout=60)
+    assert calls == [('data_parallel.jobs.perf_workers', 4,
+                      ('allreduce', '--mb', 25), 60, False)]
+    assert detail == '4 GPUs, ring and star equal all_reduce'
+    assert figures == {'busbw': record['busbw']}
+    for bad in ({**record, 'backend': 'gloo'}, {**record, 'world_size': 2},
+                {**record, 'checked': False}):
+        record = bad
+        with pytest.raises(gpu_check.StepFailed, match='not checked under NCCL'):
+            gpu_check.allreduce(4)(timeout=60)
 
 
 @pytest.mark.skipif(not shutil.which('make'), reason='needs make')
@@ -175,4 +235,4 @@ def test_make_target_runs_the_script_with_the_venv_python(tmp_path):
     out = subprocess.run(['make', '-n', '--no-print-directory', 'gpu-check',
                           f'VENV={venv}'], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=60).stdout
-    assert out.splitlines()[-1] == f'{venv}/bin/python scripts/gpu_check.py'
+    assert out.splitlines()[-1] == f'{venv}/bin/python tools/gpu_check.py'

@@ -1,6 +1,7 @@
 """The performance chapter's helpers: the flat trainer computes what train_batch
 computes, the ring and star allreduce equal torch.distributed.all_reduce, the cost
-model adds up. Tensors are compared on the CPU, so the tests also run on a GPU."""
+model adds up, and the timing helpers (median_seconds, one_pass, loop, passes) time what
+they should. Tensors are compared on the CPU, so the tests also run on a GPU."""
 import os
 from concurrent.futures import ThreadPoolExecutor
 import socket
@@ -11,6 +12,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import data_parallel as dp
+from data_parallel import performance
 from data_parallel.launch import free_port
 
 
@@ -118,6 +120,7 @@ def _worker(rank, world_size, port, sizes, failures):
 RING_SIZES = [1, 2, 3, 5, 7, 10, 1000, 1001, 129_068]
 
 
+@pytest.mark.slow  # spawns world_size processes
 @pytest.mark.parametrize('world_size', [2, 3, 4])
 def test_ring_and_star_equal_torch_all_reduce(world_size):
     assert any(n < world_size for n in RING_SIZES)
@@ -143,3 +146,109 @@ def test_cost_model():
     # the traffic per device approaches 2N as k grows, never more
     assert dp.allreduce_seconds(1_000_000, 1000, 1e9) == pytest.approx(0.008, rel=1e-2)
     assert dp.step_seconds(0.1, 1_000_000, 4, 1e9) == pytest.approx(0.1 + 0.006)
+
+
+# --- The timing helpers that chapter 8 and tools/benchmark.py measure with ----------
+
+class FakeClock:
+    """time.perf_counter for median_seconds: each timed function moves it on by hand."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+
+def test_median_seconds_interleaves_and_returns_medians(monkeypatch):
+    clock, calls, synced = FakeClock(), [], []
+    monkeypatch.setattr(performance, 'time', clock)
+    monkeypatch.setattr(performance, 'synchronize', synced.append)
+    durations = {'a': iter([3.0, 1.0, 2.0]), 'b': iter([10.0, 30.0, 20.0])}
+
+    def timed(name):
+        def fn():
+            calls.append(name)
+            clock.now += next(durations[name])
+        return fn
+    devices = ['cpu', 'cpu']
+    medians = dp.median_seconds({'a': timed('a'), 'b': timed('b')}, devices, repeats=3)
+    assert medians == {'a': 2.0, 'b': 20.0}  # medians, not means (2 and 20 either way)
+    assert calls == ['a', 'b'] * 3  # interleaved: a, b, a, b, not a, a, a, b, b, b
+    assert synced == [devices] * 12  # the devices waited for before and after each run
+
+
+def test_median_seconds_takes_the_median_not_the_mean(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(performance, 'time', clock)
+    durations = iter([1.0, 100.0, 2.0])  # one busy moment must not move the result
+    fns = {'a': lambda: setattr(clock, 'now', clock.now + next(durations))}
+    assert dp.median_seconds(fns, [torch.device('cpu')]) == {'a': 2.0}
+
+
+def counting_loader(num_batches, drawn):
+    """A loader of num_batches (X, y) pairs that notes each batch it hands out."""
+    for i in range(num_batches):
+        drawn.append(i)
+        yield torch.full((2, 1), float(i)), torch.tensor([i, i])
+
+
+def test_one_pass_draws_every_batch():
+    drawn = []
+    assert dp.one_pass(counting_loader(7, drawn)) is None
+    assert drawn == list(range(7))
+
+
+def test_loop_stops_after_num_batches():
+    drawn, stepped = [], []
+    dp.loop(counting_loader(10, drawn), lambda X, y: stepped.append(int(y[0])), 3)
+    assert stepped == [0, 1, 2]
+    assert drawn == [0, 1, 2]  # a fourth batch is not even drawn from the loader
+    drawn, stepped = [], []
+    dp.loop(counting_loader(2, drawn), lambda X, y: stepped.append(int(y[0])), 5)
+    assert stepped == [0, 1]  # a shorter loader ends the loop
+
+
+@pytest.mark.parametrize('threads', [False, True],
+                         ids=['one-after-the-other', 'threads'])
+def test_passes_run_forward_backward_on_every_shard_then_zero_gradients(
+        monkeypatch, threads):
+    devices = [torch.device('cpu')] * 2
+    replicas = [dp.FlatParams(dp.init_lenet_params(), d) for d in devices]
+    calls = []
+
+    def forward_backward(X_shard, y_shard, replica):
+        calls.append((int(y_shard[0]), replicas.index(replica)))
+        replica.grad.fill_(1.0)  # what backward would leave
+    monkeypatch.setattr(performance, 'forward_backward', forward_backward)
+    batches = []
+    for b in range(3):
+        X, y = batch(n=8, seed=b)
+        y = torch.arange(8) + 10 * b  # each shard's first label says which it is
+        batches.append((X, y, *dp.split_batch(X, y, devices)))
+    with ThreadPoolExecutor(2) as pool:
+        dp.passes(batches, replicas, pool if threads else None)
+    assert sorted(calls) == [(10 * b + 4 * r, r) for b in range(3) for r in range(2)]
+    if not threads:  # one device after the other, batch by batch
+        assert calls == [(10 * b + 4 * r, r) for b in range(3) for r in range(2)]
+    assert all(bool((r.grad == 0).all()) for r in replicas)  # ready for the next pass
+    before = dp.FlatParams(dp.init_lenet_params(), devices[0]).data
+    assert all(torch.equal(r.data, before) for r in replicas)  # no update
+
+
+def test_passes_compute_what_forward_backward_computes():
+    devices = [torch.device('cpu')] * 2
+    X, y = batch(n=16)
+    X_shards, y_shards = dp.split_batch(X, y, devices)
+    replicas = [dp.FlatParams(dp.init_lenet_params(), d) for d in devices]
+    seen = []
+    for r in replicas:  # W1's gradient once backward has made it, before the zeroing
+        r.params[0].register_post_accumulate_grad_hook(
+            lambda p: seen.append(p.grad.clone()))
+    dp.passes([(X, y, X_shards, y_shards)], replicas)
+    assert len(seen) == 2  # one backward per device
+    for X_shard, y_shard, got in zip(X_shards, y_shards, seen):
+        expected = dp.FlatParams(dp.init_lenet_params(), devices[0])
+        dp.forward_backward(X_shard, y_shard, expected)
+        assert got.abs().sum() > 0
+        torch.testing.assert_close(got, expected.params[0].grad, rtol=0, atol=0)
