@@ -4,6 +4,7 @@ The chapters show the commands as a reader would type them (``show_command``) an
 them through ``launch``, which kills every process a job started when it ends.
 """
 import contextlib
+import glob
 import os
 import re
 import selectors
@@ -82,22 +83,28 @@ def _what_the_workers_said(out, err, lines=15):
     return '\n'.join(said[-lines:])
 
 
-def _read_lines(procs, echo, deadline):
+def _read_lines(procs, echo, deadline, family):
     """Collect every process's stdout and stderr; pass the first stdout's lines to echo.
 
     One loop over the pipes (no threads), so the lines reach echo in the caller's
-    thread, which is the thread whose output a notebook cell shows.
+    thread, which is the thread whose output a notebook cell shows. Twice a second it
+    adds the launchers' descendants to family: once a launcher is gone they are
+    orphans, and no longer found below it.
     """
     selector = selectors.DefaultSelector()
     texts = [[[], []] for _ in procs]
+    looked = 0.0  # when the launchers' descendants were last looked up
     partial = {}
     for i, p in enumerate(procs):
         for j, pipe in enumerate((p.stdout, p.stderr)):
             os.set_blocking(pipe.fileno(), False)
             selector.register(pipe, selectors.EVENT_READ, (i, j))
     while selector.get_map():
+        if time.monotonic() - looked > 0.5:  # a walk over /proc costs milliseconds
+            family |= _descendants([p.pid for p in procs])
+            looked = time.monotonic()
         if all(p.poll() is not None for p in procs):
-            _kill(procs)  # the launchers are gone: end workers that still hold a pipe
+            _kill(procs, family)  # the launchers are gone: end workers holding a pipe
         left = deadline - time.monotonic()
         if left <= 0:
             return None
@@ -120,11 +127,84 @@ def _read_lines(procs, echo, deadline):
     return [(''.join(out), ''.join(err)) for out, err in texts]
 
 
-def _kill(procs):
-    """Kill every process of every job: a launcher and its workers share one group."""
+def _started(pid):
+    """(pid, start time) of a live process, or None: a pid reused later differs."""
+    try:
+        with open(f'/proc/{pid}/stat') as f:
+            fields = f.read().rsplit(')', 1)[1].split()
+    except OSError:
+        return None
+    return pid, int(fields[19])  # field 22 of proc(5), counted after the name
+
+
+def _descendants(pids):
+    """Every live process below the given ones, as _started pairs (Linux's /proc)."""
+    children = {}
+    for stat in glob.glob('/proc/[0-9]*/stat'):
+        try:
+            with open(stat) as f:
+                ppid = int(f.read().rsplit(')', 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.split('/')[2]))
+    found, todo = set(), list(pids)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            todo.append(child)
+            found.add(_started(child))
+    return found - {None}
+
+
+def _kill(procs, family):
+    """SIGKILL the launchers' process groups and every remembered descendant."""
     for p in procs:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(p.pid, signal.SIGKILL)
+    for pid, start in family:
+        if _started(pid) == (pid, start):  # not a new process that got the same pid
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _stop(procs, family, grace=10):
+    """End a job as torchrun expects: SIGTERM to each launcher, wait, then SIGKILL all.
+
+    torchrun starts each worker in a session of its own (start_new_session in
+    torch/distributed/elastic/multiprocessing/subprocess_handler/subprocess_handler.py),
+    so killing the launcher's group does not reach them; on SIGTERM its agent shuts its
+    workers down ("Received ... death signal, shutting down workers" in
+    torch/distributed/elastic/agent/server/api.py). What survives the grace period is
+    killed, from the list of processes found before any signal was sent.
+    """
+    family = set(family) | _descendants([p.pid for p in procs])
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for p in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+    _kill(procs, family)
+
+
+# Run first in each launcher: it asks Linux to send it SIGTERM when the process that
+# started it dies (PR_SET_PDEATHSIG), so that a notebook kernel killed outright (a
+# shutdown, nbval after Ctrl-C) still ends its jobs, then it becomes the launcher.
+_ORPHAN_GUARD = ('import ctypes, os, signal, sys\n'
+                 'ctypes.CDLL(None).prctl(1, signal.SIGTERM)\n'
+                 'if os.getppid() != int(sys.argv[1]):\n'
+                 '    sys.exit(1)  # the parent died before the request was made\n'
+                 'try:\n'
+                 '    os.execvp(sys.argv[2], sys.argv[2:])\n'
+                 'except OSError as error:\n'
+                 '    sys.exit(f"cannot start {sys.argv[2]}: {error.strerror}")')
+
+
+def _guarded(argv):
+    """argv behind _ORPHAN_GUARD on Linux; unchanged elsewhere."""
+    if not sys.platform.startswith('linux'):
+        return list(argv)
+    return [sys.executable, '-c', _ORPHAN_GUARD, str(os.getpid()), *map(str, argv)]
 
 
 def _print_line(line):
@@ -139,21 +219,23 @@ def launch(*commands, env=None, timeout=900, echo=False):
     They run in the work folder (the repository's root, or the current folder). With
     echo=True the first command's standard output is printed line by line as it comes
     (rank 0's lines, without the RESULT record); a function given as echo
-    receives each line instead. Every process group is killed when the commands finish,
-    fail or time out, so no worker is left behind. Raises RuntimeError (with the end of
+    receives each line instead. When the commands finish, fail or time out, or the
+    caller is interrupted (Ctrl-C, a kernel interrupt), every process they started is
+    ended (_stop); if the caller itself is killed, Linux sends the launchers SIGTERM
+    (_ORPHAN_GUARD), so no worker is left behind. Raises RuntimeError (with the end of
     every process's output) on failure.
     """
     env = {**os.environ, 'PYTHONUNBUFFERED': '1', **(env or {})}
     echo = _print_line if echo is True else echo
-    procs = []
+    procs, family = [], set()
     try:
         for command in commands:
             extra, argv = command if isinstance(command, tuple) else ({}, command)
             procs.append(subprocess.Popen(
-                argv, cwd=work_dir(), env={**env, **extra}, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, start_new_session=True))
+                _guarded(argv), cwd=work_dir(), env={**env, **extra},
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True))
         deadline = time.monotonic() + timeout
-        outputs = _read_lines(procs, echo, deadline)
+        outputs = _read_lines(procs, echo, deadline, family)
         for p in procs:
             if outputs is not None:  # every pipe is closed: the launchers are ending
                 try:
@@ -164,7 +246,7 @@ def launch(*commands, env=None, timeout=900, echo=False):
             raise RuntimeError(f'the job ran past its {timeout} s limit and was '
                                'stopped: give it more time (timeout=...)')
     finally:
-        _kill(procs)
+        _stop(procs, family)
         for p in procs:
             p.wait()
             p.stdout.close(), p.stderr.close()

@@ -1,11 +1,16 @@
-"""The launch helper: rank 0's lines arrive while the job runs; failures and time limits
-end every process and say what happened."""
+"""The launch helper: rank 0's lines arrive while the job runs; failures, time limits,
+Ctrl-C and a killed caller end every process and say what happened."""
+import contextlib
 import os
+import signal
+import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
+from jupyter_client.manager import start_new_kernel
 
 from data_parallel import launch
 
@@ -118,3 +123,131 @@ def test_a_worker_that_outlives_its_launcher_does_not_hold_the_job(tmp_path):
     out, = launch.launch([sys.executable, '-c', code], timeout=60)
     assert time.monotonic() - start < 30
     assert not alive(int(out))
+
+
+# --- Ending a job: a real torchrun job whose two workers sleep -----------------------
+# torchrun starts each worker in a session of its own, so these tests use real torchrun
+# workers: plain children of the launcher would die with its process group anyway.
+
+SLEEPS = '''
+import time
+import torch.distributed as dist
+dist.init_process_group('gloo')
+if dist.get_rank() == 0:
+    print('ready', flush=True)
+time.sleep(300)
+'''
+
+CALLER = '''
+import ast, sys
+from data_parallel import launch
+launch.launch(ast.literal_eval(sys.argv[1]), env={'CUDA_VISIBLE_DEVICES': ''},
+              timeout=300, echo=True)
+'''
+
+
+def processes_with(marker):
+    """(pid, command line) of live processes whose command line mentions marker."""
+    found = []
+    for proc in Path('/proc').iterdir():
+        try:
+            cmdline = (proc / 'cmdline').read_bytes().replace(b'\0', b' ').decode()
+        except OSError:
+            continue
+        if proc.name.isdigit() and marker in cmdline:
+            found.append((int(proc.name), cmdline))
+    return found
+
+
+def left_after(marker, seconds=15):
+    """The job's processes still alive after up to seconds (none: an empty list)."""
+    deadline = time.monotonic() + seconds
+    while processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return processes_with(marker)
+
+
+@pytest.fixture
+def sleeping_job(tmp_path):
+    """(command, marker) of a torchrun job that never ends; killed after the test."""
+    program = tmp_path / 'sleeps.py'
+    program.write_text(SLEEPS)
+    yield launch.torchrun_command([], world_size=2, script=program), str(program)
+    for pid, _ in processes_with(str(program)):  # a failed test leaves nothing either
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def start_caller(command):
+    """A Python process that launches command; returns once rank 0 said 'ready'."""
+    caller = subprocess.Popen([sys.executable, '-c', CALLER, repr(command)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert caller.stdout.readline() == 'ready\n', caller.stderr.read()
+    return caller
+
+
+@pytest.mark.slow
+def test_time_limit_ends_torchrun_and_its_workers(sleeping_job):
+    command, marker = sleeping_job
+    seen = []
+    with pytest.raises(RuntimeError, match='ran past its 25 s limit'):
+        launch.launch(command, env=CPU_ONLY, timeout=25, echo=seen.append)
+    assert seen == ['ready\n']  # the workers were up when time ran out
+    assert left_after(marker) == []
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_the_caller_ends_the_job(sleeping_job):
+    command, marker = sleeping_job
+    caller = start_caller(command)
+    assert len(processes_with(marker)) >= 3  # torchrun and its two workers
+    caller.send_signal(signal.SIGINT)
+    _, err = caller.communicate(timeout=60)
+    assert 'KeyboardInterrupt' in err
+    assert left_after(marker) == []
+
+
+@pytest.mark.slow
+def test_a_caller_killed_outright_still_ends_the_job(sleeping_job):
+    """As nbval's teardown after Ctrl-C, or a kernel shut down: no finally runs."""
+    command, marker = sleeping_job
+    caller = start_caller(command)
+    caller.kill()
+    caller.communicate(timeout=60)
+    assert left_after(marker) == []
+
+
+def kernel_running(command):
+    """A Jupyter kernel (and its client) whose cell launches command, once 'ready'."""
+    km, kc = start_new_kernel(kernel_name='python3')
+    kc.execute(f'from data_parallel import launch\n'
+               f'launch.launch({command!r}, env={CPU_ONLY!r}, timeout=300, echo=True)')
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        msg = kc.get_iopub_msg(timeout=120)
+        if msg['msg_type'] == 'stream' and 'ready' in msg['content']['text']:
+            return km, kc
+    raise AssertionError('the job in the kernel never said ready')
+
+
+@pytest.mark.slow
+def test_interrupting_the_kernel_ends_the_job(sleeping_job):
+    command, marker = sleeping_job
+    km, kc = kernel_running(command)
+    try:
+        km.interrupt_kernel()
+        reply = kc.get_shell_msg(timeout=60)
+        assert reply['content']['ename'] == 'KeyboardInterrupt'
+        assert left_after(marker) == []
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+@pytest.mark.slow
+def test_shutting_the_kernel_down_ends_the_job(sleeping_job):
+    command, marker = sleeping_job
+    km, kc = kernel_running(command)
+    kc.stop_channels()
+    km.shutdown_kernel(now=True)  # SIGKILL: the cell's finally never runs
+    assert left_after(marker) == []
