@@ -2,7 +2,6 @@
 survives a killed worker, and leaves no process behind. Every job runs on the CPU (gloo)
 with a small slice of Fashion-MNIST."""
 import socket
-from pathlib import Path
 
 import pytest
 import torch
@@ -15,24 +14,11 @@ pytestmark = pytest.mark.slow  # every test here starts torchrun jobs
 CPU_ONLY = {'CUDA_VISIBLE_DEVICES': ''}  # gloo on the CPU, also on a GPU runner
 
 
-def our_processes(marker):
-    """Command lines of live processes that mention marker (a test's tmp_path)."""
-    found = []
-    for proc in Path('/proc').iterdir():
-        try:
-            cmdline = (proc / 'cmdline').read_bytes().replace(b'\0', b' ').decode()
-        except OSError:
-            continue
-        if proc.name.isdigit() and marker in cmdline:
-            found.append(cmdline)
-    return found
-
-
 @pytest.fixture
-def job(tmp_path, fashion_root):
+def job(tmp_path, fashion_root, leftovers):
     """tmp_path for one test's launches; afterwards no process of theirs may be alive."""
     yield tmp_path
-    assert our_processes(str(tmp_path)) == []
+    assert leftovers(str(tmp_path)) == []
 
 
 def run(tmp_path, *args, world_size=2, max_restarts=0, module=launch.TRAINER):

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 from jupyter_client.manager import start_new_kernel
@@ -146,34 +145,13 @@ launch.launch(ast.literal_eval(sys.argv[1]), env={'CUDA_VISIBLE_DEVICES': ''},
 '''
 
 
-def processes_with(marker):
-    """(pid, command line) of live processes whose command line mentions marker."""
-    found = []
-    for proc in Path('/proc').iterdir():
-        try:
-            cmdline = (proc / 'cmdline').read_bytes().replace(b'\0', b' ').decode()
-        except OSError:
-            continue
-        if proc.name.isdigit() and marker in cmdline:
-            found.append((int(proc.name), cmdline))
-    return found
-
-
-def left_after(marker, seconds=15):
-    """The job's processes still alive after up to seconds (none: an empty list)."""
-    deadline = time.monotonic() + seconds
-    while processes_with(marker) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return processes_with(marker)
-
-
 @pytest.fixture
-def sleeping_job(tmp_path):
+def sleeping_job(tmp_path, leftovers):
     """(command, marker) of a torchrun job that never ends; killed after the test."""
     program = tmp_path / 'sleeps.py'
     program.write_text(SLEEPS)
     yield launch.torchrun_command([], world_size=2, script=program), str(program)
-    for pid, _ in processes_with(str(program)):  # a failed test leaves nothing either
+    for pid, _ in leftovers(str(program), 0):  # a failed test leaves nothing either
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
 
@@ -187,34 +165,34 @@ def start_caller(command):
 
 
 @pytest.mark.slow
-def test_time_limit_ends_torchrun_and_its_workers(sleeping_job):
+def test_time_limit_ends_torchrun_and_its_workers(sleeping_job, leftovers):
     command, marker = sleeping_job
     seen = []
     with pytest.raises(RuntimeError, match='ran past its 25 s limit'):
         launch.launch(command, env=CPU_ONLY, timeout=25, echo=seen.append)
     assert seen == ['ready\n']  # the workers were up when time ran out
-    assert left_after(marker) == []
+    assert leftovers(marker) == []
 
 
 @pytest.mark.slow
-def test_ctrl_c_in_the_caller_ends_the_job(sleeping_job):
+def test_ctrl_c_in_the_caller_ends_the_job(sleeping_job, leftovers):
     command, marker = sleeping_job
     caller = start_caller(command)
-    assert len(processes_with(marker)) >= 3  # torchrun and its two workers
+    assert len(leftovers(marker, 0)) >= 3  # torchrun and its two workers: running
     caller.send_signal(signal.SIGINT)
     _, err = caller.communicate(timeout=60)
     assert 'KeyboardInterrupt' in err
-    assert left_after(marker) == []
+    assert leftovers(marker) == []
 
 
 @pytest.mark.slow
-def test_a_caller_killed_outright_still_ends_the_job(sleeping_job):
+def test_a_caller_killed_outright_still_ends_the_job(sleeping_job, leftovers):
     """As nbval's teardown after Ctrl-C, or a kernel shut down: no finally runs."""
     command, marker = sleeping_job
     caller = start_caller(command)
     caller.kill()
     caller.communicate(timeout=60)
-    assert left_after(marker) == []
+    assert leftovers(marker) == []
 
 
 def kernel_running(command):
@@ -231,23 +209,23 @@ def kernel_running(command):
 
 
 @pytest.mark.slow
-def test_interrupting_the_kernel_ends_the_job(sleeping_job):
+def test_interrupting_the_kernel_ends_the_job(sleeping_job, leftovers):
     command, marker = sleeping_job
     km, kc = kernel_running(command)
     try:
         km.interrupt_kernel()
         reply = kc.get_shell_msg(timeout=60)
         assert reply['content']['ename'] == 'KeyboardInterrupt'
-        assert left_after(marker) == []
+        assert leftovers(marker) == []
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
 
 
 @pytest.mark.slow
-def test_shutting_the_kernel_down_ends_the_job(sleeping_job):
+def test_shutting_the_kernel_down_ends_the_job(sleeping_job, leftovers):
     command, marker = sleeping_job
     km, kc = kernel_running(command)
     kc.stop_channels()
     km.shutdown_kernel(now=True)  # SIGKILL: the cell's finally never runs
-    assert left_after(marker) == []
+    assert leftovers(marker) == []
