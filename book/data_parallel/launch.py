@@ -4,7 +4,6 @@ The chapters show the commands as a reader would type them (``show_command``) an
 them through ``launch``, which kills every process a job started when it ends.
 """
 import contextlib
-import glob
 import os
 import re
 import selectors
@@ -127,32 +126,35 @@ def _read_lines(procs, echo, deadline, family):
     return [(''.join(out), ''.join(err)) for out, err in texts]
 
 
-def _started(pid):
-    """(pid, start time) of a live process, or None: a pid reused later differs."""
+def _stat(pid):
+    """(parent pid, start time) of a live process from /proc/<pid>/stat, or None."""
     try:
         with open(f'/proc/{pid}/stat') as f:
-            fields = f.read().rsplit(')', 1)[1].split()
+            fields = f.read().rsplit(')', 1)[1].split()  # the name may hold spaces
     except OSError:
         return None
-    return pid, int(fields[19])  # field 22 of proc(5), counted after the name
+    return int(fields[1]), int(fields[19])  # fields 4 and 22 of proc(5)
+
+
+def _started(pid):
+    """(pid, start time) of a live process, or None: a pid reused later differs."""
+    stat = _stat(pid)
+    return None if stat is None else (pid, stat[1])
 
 
 def _descendants(pids):
     """Every live process below the given ones, as _started pairs (Linux's /proc)."""
     children = {}
-    for stat in glob.glob('/proc/[0-9]*/stat'):
-        try:
-            with open(stat) as f:
-                ppid = int(f.read().rsplit(')', 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(stat.split('/')[2]))
+    for name in os.listdir('/proc'):
+        stat = _stat(name) if name.isdigit() else None
+        if stat is not None:
+            children.setdefault(stat[0], []).append((int(name), stat[1]))
     found, todo = set(), list(pids)
     while todo:
         for child in children.get(todo.pop(), []):
-            todo.append(child)
-            found.add(_started(child))
-    return found - {None}
+            todo.append(child[0])
+            found.add(child)
+    return found
 
 
 def _kill(procs, family):
