@@ -12,6 +12,12 @@ The book's one policy when a job asks for more devices than the machine has GPUs
   itself, so the machines of one job need a GPU per process each (or all hide their GPUs
   with CUDA_VISIBLE_DEVICES=), or they would choose different backends.
 
+- a sweep: several jobs whose numbers are compared with each other (a scaling curve,
+  a table over k): ``sweep_environment`` runs all of them on GPUs when the largest job
+  gets one GPU per process, otherwise all on the CPU (GPUs hidden from the jobs, one line
+  says so). GPU and CPU points are never mixed in one figure or table.
+- a measurement that only exists on the CPU (bytes on gloo's sockets): ``CPU_ONLY``.
+
 On a machine without a GPU, a stand-in device is **one CPU core**: every device (a
 process of a DDP job, a thread of the improved trainer, and the one device of a
 baseline) computes with one intra-op thread (``use_one_core``). Up to as many devices as
@@ -93,6 +99,34 @@ def process_device(local_rank, local_world_size, num_gpus=None, cores=None):
         notes.append(f'{local_world_size} processes on {cores} CPU cores: '
                      'oversubscribed, they share cores.')
     return 'gloo', torch.device('cpu'), ' '.join(notes) or None
+
+
+# Hides every GPU from a job (torch.cuda.device_count() is then 0 in its processes).
+CPU_ONLY = {'CUDA_VISIBLE_DEVICES': ''}
+
+
+def sweep_backend(counts, num_gpus=None):
+    """The backend of every job of a sweep over process counts: one for all of them."""
+    num_gpus = torch.cuda.device_count() if num_gpus is None else num_gpus
+    return 'nccl' if num_gpus >= max(counts) else 'gloo'
+
+
+def sweep_environment(counts, num_gpus=None):
+    """Environment for launch.run of every job of a sweep: GPUs for all, or for none.
+
+    With a GPU for every process of the largest job, every job runs on GPUs (NCCL) and
+    this returns {}. With no GPU, every job runs on the CPU anyway ({}). With some GPUs
+    but too few, a sweep left to process_device would put its small jobs on GPUs and its
+    large ones on the CPU, and compare the two: instead every job runs on the CPU (GPUs
+    hidden, CPU_ONLY) and one printed line says so.
+    """
+    num_gpus = torch.cuda.device_count() if num_gpus is None else num_gpus
+    if num_gpus == 0 or sweep_backend(counts, num_gpus) == 'nccl':
+        return {}
+    print(f'Only {num_gpus} GPU(s) for jobs of up to {max(counts)} processes: every '
+          'job here runs on the CPU with gloo, one core per process, so that its '
+          'numbers compare.', flush=True)
+    return dict(CPU_ONLY)
 
 
 def synchronize(devices):

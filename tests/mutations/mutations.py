@@ -56,12 +56,16 @@ class Mutation:
     new: str
     unit: tuple
     chapters: tuple
+    saved: bool = True  # False: a job's code, in no #@save cell (its listing is prose)
 
 
 SCRATCH_TESTS = ('tests/unit/test_scratch.py',)
 CH4, CH5, CH6 = ('04_data_synchronization.ipynb', '05_distributing_data.ipynb',
                  '06_training.ipynb')
 CH8 = '08_where_the_time_goes.ipynb'
+CH9 = '09_sharded_data_parallelism.ipynb'
+SHARD_JOBS = 'tests/jobs/test_shard_workers.py::'
+ZERO1_TEST = SHARD_JOBS + 'test_zero1_from_scratch_equals_ddp[2]'
 
 MUTATIONS = [
     Mutation('a-get_params-no-copy',
@@ -93,6 +97,73 @@ MUTATIONS = [
              'collectives.py', 'for step in range(k - 1):  # reduce-scatter',
              'for step in range(k - 2):  # reduce-scatter',
              ('tests/unit/test_performance.py',), (CH8,)),
+    Mutation('f-flat-serial-path-one-device',
+             'train_batch_flat without a pool runs forward and backward on device 0 only',
+             'performance.py',
+             'for X_shard, y_shard, replica in zip(X_shards, y_shards, replicas):\n'
+             '            forward_backward(X_shard, y_shard, replica)\n'
+             '    else:  # one thread per device: the devices work at the same time',
+             'for X_shard, y_shard, replica in zip(X_shards, y_shards, replicas[:1]):\n'
+             '            forward_backward(X_shard, y_shard, replica)\n'
+             '    else:  # one thread per device: the devices work at the same time',
+             ('tests/unit/test_performance.py',), (CH8,)),
+    Mutation('g-cost-model-without-communication',
+             'step_seconds drops the allreduce term: compute alone',
+             'performance.py',
+             'return compute_seconds + allreduce_seconds(num_values, k, bytes_per_second)',
+             'return compute_seconds', ('tests/unit/test_performance.py',), (CH8,)),
+    Mutation('h-cost-model-star-traffic',
+             "allreduce_seconds charges the star's 2(k - 1)N, not the ring's 2(k - 1)/k N",
+             'performance.py',
+             'return 2 * (k - 1) / k * num_values * bytes_per_value / bytes_per_second',
+             'return 2 * (k - 1) * num_values * bytes_per_value / bytes_per_second',
+             ('tests/unit/test_performance.py',), (CH8,)),
+    Mutation('i-zero1-skips-all-gather',
+             'zero1_step updates its own shard and never all-gathers the parameters',
+             'sharding.py',
+             '    ring_all_gather(replica.data)  # every rank again holds all parameters\n',
+             '', (ZERO1_TEST,), (CH9,)),
+    Mutation('j-zero1-per-rank-divisor',
+             "the ZeRO-1 job divides the summed gradient by the rank's batch, not the "
+             'full one',
+             'jobs/shard_workers.py',
+             'sharding.zero1_step(replica, momentum, args.lr, args.batch_size,',
+             'sharding.zero1_step(replica, momentum, args.lr,\n'
+             '                                args.batch_size // dist.get_world_size(),',
+             (ZERO1_TEST,), (CH9,), saved=False),
+    Mutation('k-fsdp-built-as-ddp',
+             "the `fsdp` variant is built as DDP: every rank keeps everything",
+             'jobs/shard_workers.py', "    if impl == 'fsdp':\n",
+             "    if impl == 'fully sharded':\n",
+             (SHARD_JOBS + 'test_fsdp2_memory_per_rank_falls_as_one_over_k[2]',), (CH9,),
+             saved=False),
+    Mutation('l-resume-loads-nothing',
+             'load_snapshot finds the snapshot and reads nothing from it',
+             'jobs/shard_workers.py',
+             'dcp.load(state, checkpoint_id=path)  # each rank reads the shards it owns',
+             'pass  # the snapshot is never read',
+             (SHARD_JOBS + 'test_killed_fsdp2_job_resumes_from_dcp_and_equals_an_'
+              'uninterrupted_run',), (CH9,), saved=False),
+    Mutation('m-all-gather-as-allreduce',
+             'ring_all_gather zeroes the other shards and allreduces the whole tensor: '
+             'right values, twice the bytes',
+             'collectives.py',
+             '    for step in range(k - 1):  # pass on what arrived in the previous hop\n'
+             '        send, recv = chunks[(rank - step) % k], '
+             'chunks[(rank - step - 1) % k]\n',
+             '    for i, chunk in enumerate(chunks):\n'
+             '        if i != rank:\n'
+             '            chunk.zero_()\n'
+             '    dist.all_reduce(tensor)\n'
+             '    for send, recv in []:  # no hops: the exchange below never runs\n',
+             (ZERO1_TEST,), (CH9,)),
+    Mutation('n-fsdp-keeps-blocks-gathered',
+             "FSDP2 keeps each block gathered after forward: the model's 1.5x DDP's "
+             "traffic, not gloo's 2x",
+             'jobs/shard_workers.py',
+             'fully_shard(block, mesh=mesh, reshard_after_forward=args.reshard)',
+             'fully_shard(block, mesh=mesh, reshard_after_forward=False)',
+             (SHARD_JOBS + 'test_socket_bytes_follow_the_ring',), (CH9,), saved=False),
 ]
 
 # Which code cells of a chapter hold its checks. None: the whole chapter (it is quick).
@@ -103,8 +174,15 @@ CHAPTER_CHECKS = {
     CH5: None,
     # k devices against 1 device after one step; the ten-epoch runs after it are skipped
     CH6: ['def one_step('],
-    # star and ring against torch.distributed.all_reduce, checked by perf_workers
-    CH8: ["launch.run(perf_workers, k, 'allreduce', '--mb', 25"],
+    # star and ring against torch.distributed.all_reduce, checked by perf_workers; the
+    # flat trainer with and without threads; the cost model's formula
+    CH8: ["launch.run(perf_workers, k, 'allreduce', '--mb', 25", 'three_batches = []',
+          'def step_seconds('],
+    # ZeRO-1 against DDP, the library variants' bytes held and sent, the DCP resume;
+    # the figure and the solutions are skipped
+    CH9: ["zero1_runs = {k: launch.run(", "largest difference from DDP",
+          "train_runs = {k: launch.run(", "model_sends = ", "dp.glue(f'sent_{net}",
+          "'--fail-at-step'", 'jobs_env = '],
 }
 
 
@@ -166,10 +244,15 @@ def mutate_text(text, mutation, where):
 
 
 def mutate_chapters(notebooks, mutation):
-    """Apply the mutation to the one #@save cell that holds it; its chapter's name."""
+    """Apply the mutation to the one #@save cell that holds it; its chapter's name.
+
+    A mutation of a job's code (saved=False) has no such cell: None, once it is sure.
+    """
     holders = [(name, cell) for name, nb in notebooks.items() for cell in nb['cells']
                if is_saved(cell) and mutation.old in source(cell)]
-    if len(holders) != 1:
+    if not mutation.saved and not holders:
+        return None
+    if len(holders) != 1 or not mutation.saved:
         raise HarnessError(f'{mutation.name}: {len(holders)} #@save cells hold '
                            f'{mutation.old!r}, not one: update tests/mutations/mutations.py')
     name, cell = holders[0]
@@ -220,7 +303,8 @@ def write_chapters(root, chapters, mutation=None):
                  for path in book.glob('[0-9][0-9]_*.ipynb')}
     if mutation is not None:  # the whole chapter, in case no selection replaces it
         name = mutate_chapters(notebooks, mutation)
-        write_notebook(book / name, notebooks[name])
+        if name is not None:
+            write_notebook(book / name, notebooks[name])
     origins = {}
     for chapter in chapters:
         if chapter not in notebooks:
@@ -239,6 +323,10 @@ def environment(root):
     env['PYTHONPATH'] = os.pathsep.join(filter(None, [str(root / 'book'),
                                                       env.get('PYTHONPATH')]))
     env.setdefault(dp.DATA_ENV, str(dp.data_root()))
+    # CPU only, on every machine: the planted bugs are about tensors that share storage,
+    # which a copy from the CPU to a GPU never does, and the control must run the same
+    # checks (chapter 6's one-device demo) wherever `make mutations` runs.
+    env.update(dp.CPU_ONLY)
     return env
 
 

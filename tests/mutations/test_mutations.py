@@ -41,6 +41,11 @@ def test_selection_rejects_a_needle_that_matches_nothing():
         mu.select_cells(cells, ['x = 1'])
 
 
+def test_copies_run_on_the_cpu_even_where_there_are_gpus(tmp_path, monkeypatch):
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '0,1')  # a GPU machine's setting
+    assert mu.environment(tmp_path)['CUDA_VISIBLE_DEVICES'] == ''
+
+
 def show(config, lines):
     """Write lines to the terminal now, past pytest's output capture."""
     reporter = config.pluginmanager.get_plugin('terminalreporter')

@@ -168,3 +168,35 @@ def test_setup_on_a_cpu_machine_is_gloo_with_one_core_each(fake_cuda_setup, caps
     assert init.calls == [(('gloo',), {})] and set_device.calls == []
     assert run.threads == [(1,)]  # the CPU device model: one intra-op thread
     assert capsys.readouterr().out.splitlines() == line
+
+
+SWEEPS = [(1, 2, 4), (2, 4), (2, 3), (1, 2, 3, 4)]
+
+
+@pytest.mark.parametrize('num_gpus', GPU_COUNTS)
+@pytest.mark.parametrize('counts', SWEEPS)
+def test_a_sweep_never_mixes_gpu_and_cpu_jobs(monkeypatch, capsys, counts, num_gpus):
+    """Every job of a sweep gets the same backend: GPUs for all, or the CPU for all."""
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: num_gpus)
+    env = dp.sweep_environment(counts)
+    said = capsys.readouterr().out
+    # what each job's processes then see: no GPU at all if the sweep hid them
+    seen = 0 if env.get('CUDA_VISIBLE_DEVICES') == '' else num_gpus
+    backends = {dp.process_device(0, k, num_gpus=seen, cores=2)[0] for k in counts}
+    assert backends == {dp.sweep_backend(counts)}
+    if num_gpus >= max(counts):  # 8 GPUs: every job on GPUs, nothing to announce
+        assert env == {} and said == '' and backends == {'nccl'}
+    elif num_gpus == 0:  # the CPU anyway: the env and device lines say so
+        assert env == {} and said == '' and backends == {'gloo'}
+    else:  # 1 or 2 GPUs for 4 processes: all on the CPU, said in one line
+        assert env == {'CUDA_VISIBLE_DEVICES': ''} and backends == {'gloo'}
+        assert said.count('\n') == 1
+        assert f'Only {num_gpus} GPU(s) for jobs of up to {max(counts)}' in said
+        assert 'every job here runs on the CPU with gloo' in said
+
+
+def test_sweep_environment_is_a_fresh_dict(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: 1)
+    env = dp.sweep_environment((1, 2))
+    env['X'] = '1'  # a caller adding to it must not change the policy's constant
+    assert dp.CPU_ONLY == {'CUDA_VISIBLE_DEVICES': ''}

@@ -269,7 +269,7 @@ BOOK_CALLS = {  # the figures as the chapters draw them
                                           '2 devices': [0.5, 0.72, 0.81]}),
     'scaling': lambda: dp.plot_scaling([1, 2, 4], {
         'strong scaling (batch 256)': [1, 2, 3],
-        'weak scaling (128 per device)': [1, 2, 4]}, cores=2),
+        'weak scaling (128 per device)': [1, 2, 4]}, cores=2, backend='gloo'),
     'ring allreduce': figures.plot_ring_allreduce,
     'LeNet shapes': figures.plot_lenet_shapes,
 }
@@ -314,6 +314,21 @@ def test_scaling_marks_the_cores_only_inside_the_plot(cores, marked):
         assert list(lines[label].get_xdata()) == [2, 2]
     assert list(lines['strong'].get_ydata()) == [1.0, 1.9, 2.0]
     assert list(lines['strong: ideal'].get_ydata()) == [1.0, 2.0, 4.0]
+
+
+@pytest.mark.parametrize('backend, title', [
+    ('gloo', 'measured on the CPU (gloo), one core per process'),
+    (['nccl'] * 6, 'measured on GPUs (NCCL), one process per GPU'),
+    (None, '')])
+def test_scaling_figure_says_where_it_was_measured(backend, title):
+    fig = dp.plot_scaling([1, 2, 4], {'strong': [1.0, 1.9, 2.0]}, backend=backend)
+    assert fig.axes[0].get_title() == title
+
+
+def test_scaling_figure_refuses_gpu_and_cpu_points_together():
+    with pytest.raises(ValueError, match='nccl and gloo|gloo and nccl'):
+        dp.plot_scaling([1, 2, 4], {'strong': [1.0, 1.9, 2.0]},
+                        backend=['nccl', 'nccl', 'gloo'])
 
 
 def test_allreduce_formats_floats():

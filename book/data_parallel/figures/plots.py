@@ -17,14 +17,30 @@ def plot_accuracy(runs, num_epochs=None):
     return fig
 
 
-def plot_scaling(num_devices, runs, cores=None):
+SCALING_TITLES = {'nccl': 'measured on GPUs (NCCL), one process per GPU',
+                  'gloo': 'measured on the CPU (gloo), one core per process'}
+
+
+def plot_scaling(num_devices, runs, cores=None, backend=None):
     """Throughput against the number of devices; each run next to its ideal, dashed.
 
     cores: on a CPU-only machine, where a device is one core, the number of cores, drawn
     as a vertical line: beyond it the devices share cores.
+    backend: the backend of every job plotted (a list), or one name for all; the title
+    says where they ran. GPU (nccl) and CPU (gloo) points in one figure do not compare,
+    and are refused with a ValueError.
     """
     from matplotlib import pyplot as plt
+    kinds = set() if backend is None else {backend} if isinstance(backend, str) else set(
+        backend)
+    if len(kinds) > 1:
+        raise ValueError(f'points measured with {" and ".join(sorted(kinds))} in one '
+                         'figure: run every job on one kind of device '
+                         '(dp.sweep_environment).')
     fig, ax = plt.subplots(figsize=(6, 3), layout='constrained', dpi=FIGURE_DPI)
+    if kinds:
+        ax.set_title(SCALING_TITLES.get(*kinds, f'measured with {next(iter(kinds))}'),
+                     fontsize=9)
     for label, throughputs in runs.items():
         line, = ax.plot(num_devices, throughputs, marker='o', label=label)
         ideal = [throughputs[0] * k / num_devices[0] for k in num_devices]

@@ -1,0 +1,163 @@
+"""Every glue key a chapter's text uses is glued on every path through its code.
+
+A chapter's prose takes machine-dependent numbers and phrases from myst-nb's glue
+({glue:text}`name`); `make book` (strict, -W) fails on a key that the stored outputs
+lack. A key glued only on one branch (only on a CPU, only under gloo) is published fine
+from a CPU build and breaks the build after `make execute` on GPUs. So this test reads
+the code cells' syntax, not their outputs: a glue call counts only where it runs
+whatever the machine:
+- a statement of the cell, or of the body of a for/while/with (assumed to run at least
+  once) that no continue or break before it can skip;
+- inside an `if`, only when every branch (the else too) glues the same key;
+- inside a try, only when the body and every handler glue it; a `finally` always runs;
+- never inside a function definition or a comprehension (they may not run).
+A key built by an f-string (f'sent_{net}_{k}') matches any text key of its shape. A
+loop over data glues whatever the data holds: a cell like chapter 9's, which fills the
+data on some machines only, needs a hidden check that every key is there (chapter 9
+asserts len(sent) == 8); this test cannot see data.
+"""
+import ast
+import json
+import re
+
+import pytest
+
+import data_parallel as dp
+
+CHAPTERS = sorted((dp.repo_root() / 'book').glob('[0-9][0-9]_*.ipynb'))
+TEXT_KEY = re.compile(r'\{glue(?::[a-z]+)?\}`([^`:]+)(?::[^`]*)?`'
+                      r'|\{glue:[a-z]+\}\s+([A-Za-z_][\w]*)')
+
+
+def text_keys(cells):
+    """{key: index of the first markdown cell that uses it}."""
+    keys = {}
+    for i, cell in enumerate(cells):
+        if cell['cell_type'] == 'markdown':
+            for match in TEXT_KEY.finditer(''.join(cell['source'])):
+                keys.setdefault(match.group(1) or match.group(2), i)
+    return keys
+
+
+def key_pattern(node):
+    """A regex for the glue key given by an expression, or None when it is not literal."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return re.escape(node.value)
+    if isinstance(node, ast.JoinedStr):
+        return ''.join(re.escape(part.value) if isinstance(part, ast.Constant) else '.+'
+                       for part in node.values)
+    return None
+
+
+def glue_calls(node):
+    """Key patterns of the glue calls in a statement's own expressions."""
+    found = set()
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
+                             ast.ClassDef, ast.ListComp, ast.SetComp, ast.DictComp,
+                             ast.GeneratorExp)):
+            continue  # may never run
+        if isinstance(item, ast.Call) and item.args:
+            name = item.func.attr if isinstance(item.func, ast.Attribute) else getattr(
+                item.func, 'id', None)
+            if name == 'glue' and key_pattern(item.args[0]):
+                found.add(key_pattern(item.args[0]))
+        stack.extend(ast.iter_child_nodes(item))
+    return found
+
+
+def may_exit(stmt):
+    """Whether stmt can skip the rest of its block: a continue or break of that block.
+
+    (A raise fails the cell, which nbval and `make execute` report; a return is only
+    found in functions, which do not count.)
+    """
+    if isinstance(stmt, (ast.Continue, ast.Break)):
+        return True
+    if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While, ast.FunctionDef,
+                         ast.AsyncFunctionDef, ast.ClassDef)):
+        return False  # a loop's own break and continue stay inside it
+    return any(may_exit(child) for child in ast.iter_child_nodes(stmt)
+               if isinstance(child, ast.stmt) or isinstance(child, ast.excepthandler))
+
+
+def always_glued(statements):
+    """Key patterns glued whenever the statements run (see the module docstring)."""
+    glued = set()
+    for stmt in statements:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(stmt, ast.If):
+            glued |= always_glued(stmt.body) & always_glued(stmt.orelse)
+        elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.While, ast.With,
+                               ast.AsyncWith)):
+            glued |= always_glued(stmt.body)
+        elif isinstance(stmt, ast.Try):
+            inner = always_glued(stmt.body)
+            for handler in stmt.handlers:
+                inner &= always_glued(handler.body)
+            glued |= inner | always_glued(stmt.finalbody)
+        else:
+            glued |= glue_calls(stmt)
+        if may_exit(stmt):
+            break  # what follows may be skipped
+    return glued
+
+
+def code(cell):
+    """A code cell's source as Python (IPython's ! and % lines left out)."""
+    return ''.join(line for line in cell['source']
+                   if not line.lstrip().startswith(('!', '%')))
+
+
+def unglued_keys(cells):
+    """'key (markdown cell i)' for every text key that some path does not glue."""
+    patterns = set()
+    for cell in cells:
+        if cell['cell_type'] == 'code':
+            patterns |= always_glued(ast.parse(code(cell)).body)
+    return [f'{key} (markdown cell {i})' for key, i in text_keys(cells).items()
+            if not any(re.fullmatch(p, key) for p in patterns)]
+
+
+@pytest.mark.parametrize('path', CHAPTERS, ids=[p.name for p in CHAPTERS])
+def test_every_text_key_is_glued_on_every_path(path):
+    cells = json.loads(path.read_text())['cells']
+    missing = unglued_keys(cells)
+    assert not missing, (f'{path.name}: glued only on some machines (or not at all): '
+                         + ', '.join(missing))
+
+
+def cells_of(*sources, text='{glue:text}`step:.1e` and {glue:text}`x`'):
+    return ([{'cell_type': 'code', 'source': [s]} for s in sources]
+            + [{'cell_type': 'markdown', 'source': [text]}])
+
+
+@pytest.mark.parametrize('source, missing', [
+    # chapter 6's old hidden cell: the keys only on a CPU, where replicas share a device
+    ("if len(set(devices)) == 1:\n    dp.glue('step', 1.0)\n", ['step']),
+    ("if cpu:\n    dp.glue('step', 1.0)\nelse:\n    dp.glue('step', 2.0)\n", []),
+    ("if cpu:\n    dp.glue('step', 1.0)\nelif gpu:\n    dp.glue('step', 2.0)\n",
+     ['step']),
+    # chapter 9's old loop: a key of the shape skipped under NCCL by `continue`
+    ("for k in (2, 4):\n    if nccl:\n        continue\n    dp.glue(f'st{k}p', 1)\n",
+     ['step']),
+    ("for k in (2, 4):\n    dp.glue(f'st{k}p', 1)\n", []),
+    ("for b in data:\n    if full:\n        break\ndp.glue('step', 1)\n", []),
+    ("for b in data:\n    if full:\n        break\n    dp.glue('step', 1)\n",
+     ['step']),
+    ("def later():\n    dp.glue('step', 1)\n", ['step']),
+    ("try:\n    dp.glue('step', f())\nexcept ValueError:\n    pass\n", ['step']),
+    ("try:\n    dp.glue('step', f())\nexcept ValueError:\n    dp.glue('step', 0)\n", []),
+    ("dp.glue('step', 1 if cpu else 2)\n", []),
+])
+def test_the_check_finds_keys_glued_on_one_path_only(source, missing):
+    found = unglued_keys(cells_of(source, "dp.glue('x', 1)\n"))
+    assert [entry.split()[0] for entry in found] == missing
+
+
+def test_text_keys_with_and_without_a_format():
+    cells = cells_of(text='{glue:text}`a:.2f`, {glue}`b` and\n:::{glue:figure} c\n')
+    assert list(text_keys(cells)) == ['a', 'b', 'c']
