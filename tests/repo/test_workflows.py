@@ -56,13 +56,19 @@ def test_cpu_workflow_tests_builds_and_deploys_only_from_main():
     assert deploy['permissions'] == {'pages': 'write', 'id-token': 'write'}
 
 
-def test_gpu_workflow_never_runs_untrusted_code():
-    doc = load('gpu.yml')
-    triggers = set(doc['on'])
-    assert triggers == {'push', 'schedule', 'workflow_dispatch'}
-    assert doc['on']['push']['branches'] == ['main']
+def check_trusted_triggers_and_pinned_actions(doc, **_):
+    """Only pushes to main and manual runs (no pull request from a fork reaches the
+    self-hosted runner), and every action pinned by commit SHA, not by a movable tag."""
+    assert set(doc['on']) == {'push', 'workflow_dispatch'}, set(doc['on'])
+    assert doc['on']['push'] == {'branches': ['main']}, doc['on']['push']
     job, = doc['jobs'].values()
     assert 'self-hosted' in job['runs-on'] and 'gpu' in job['runs-on']
+    uses = [s['uses'] for s in job['steps'] if 'uses' in s]
+    assert uses and all(re.fullmatch(r'[\w.-]+/[\w.-]+@[0-9a-f]{40}', u) for u in uses), uses
+
+
+def test_gpu_workflow_never_runs_untrusted_code():
+    check_trusted_triggers_and_pinned_actions(load('gpu.yml'))
 
 
 # --- The GPU workflow's checks -------------------------------------------------------
@@ -130,6 +136,56 @@ def check_venv_and_data_outside_the_workspace(doc, tmp_path, **_):
     assert '3.11.9' in exported['BOOK_VENV']  # one venv per Python version
 
 
+def preflight_step(doc):
+    return steps(doc)[index(doc, lambda s: 'preflight' in s.get('name', '').lower(),
+                            'is the preflight')]
+
+
+def run_preflight(doc, tmp_path, driver='580.65.06', mode='Default', os_id='ubuntu',
+                  smi=True, **env):
+    """Run the preflight step with a fake nvidia-smi and /etc/os-release; (rc, out)."""
+    step = preflight_step(doc)
+    stubs = tmp_path / 'stubs'
+    stubs.mkdir(exist_ok=True)
+    fake = stubs / 'nvidia-smi'
+    fake.unlink(missing_ok=True)
+    if smi:
+        fake.write_text('#!/bin/sh\ncase "$*" in\n'
+                        f'  *compute_mode*) echo "0, {mode}";;\n'
+                        f'  *driver_version*) echo "{driver}";;\nesac\n')
+        fake.chmod(0o755)
+    release = tmp_path / 'os-release'
+    release.write_text(f'ID={os_id}\nPRETTY_NAME="{os_id.title()} 99"\n')
+    variables = {'PATH': f"{stubs}:/usr/bin:/bin", 'HOME': str(tmp_path / 'home'),
+                 **step.get('env', {}), 'OS_RELEASE': str(release),
+                 'SHM_DIR': str(tmp_path), 'MIN_SHM_MB': '1', 'MIN_FREE_GB': '0',
+                 'MAKE': 'sh', **env}
+    done = subprocess.run(['bash', '--noprofile', '--norc', '-e', '-c', step['run']],
+                          env=variables, capture_output=True, text=True, timeout=30)
+    return done.returncode, done.stdout + done.stderr
+
+
+def check_preflight(doc, tmp_path, **_):
+    """On a good runner it passes in one line; on a bad one it names each thing that is
+    missing in one line (with the CUDA 12.6 build for an old driver), then fails."""
+    rc, out = run_preflight(doc, tmp_path)
+    assert rc == 0, out
+    assert out.splitlines()[-1].startswith('preflight: driver 580.65.06, make, Ubuntu 99'), out
+    rc, out = run_preflight(doc, tmp_path, driver='570.86.15', mode='Exclusive_Process',
+                            os_id='debian', MAKE='no-such-make', MIN_FREE_GB='999999',
+                            MIN_SHM_MB='999999999')
+    lines = [line for line in out.splitlines() if not line.startswith('::notice::')]
+    assert rc == 1, out
+    assert [line.split(':')[0] for line in lines[:-1]] == [
+        'driver', 'compute mode', 'make', 'OS', 'disk', 'shared memory'], out
+    assert 'cu126' in lines[0] and '570.86.15' in lines[0], lines[0]
+    assert 'Debian 99' in lines[3], lines[3]
+    assert lines[-1].startswith('preflight: 6 thing(s) missing'), out
+    rc, out = run_preflight(doc, tmp_path, smi=False)
+    assert rc == 1 and '\ndriver: nvidia-smi finds no NVIDIA driver' in out, out
+    assert '::notice::data: no Fashion-MNIST' in out  # a fresh runner: said, not fatal
+
+
 def check_make_uses_the_outside_venv(doc, **_):
     """Every make gets VENV=$BOOK_VENV, else it would build .venv in the workspace."""
     makes = [s['run'] for s in steps(doc) if s.get('run', '').startswith('make ')]
@@ -188,12 +244,18 @@ def check_cuda_step(doc, monkeypatch, **_):
 def check_order(doc, **_):
     """nvidia-smi, venv, CUDA check, then the GPU check and the tests, never without
     CUDA."""
+    preflight = index(doc, lambda s: 'preflight' in s.get('name', '').lower(),
+                      'is the preflight')
+    python = index(doc, lambda s: 'setup-python' in s.get('uses', ''), 'sets up Python')
+    data = index(doc, lambda s: 'read_fashion_mnist' in s.get('run', ''),
+                 'fetches Fashion-MNIST')
     smi = index(doc, runs('nvidia-smi'), 'runs nvidia-smi')
     venv = index(doc, lambda s: '.installed' in s.get('run', ''), 'builds the venv')
     cuda = cuda_step_index(doc)
     gpu_check = index(doc, runs('make gpu-check'), 'runs make gpu-check')
     test = index(doc, runs('make test'), 'runs make test')
     assert smi < cuda and venv < cuda < gpu_check and cuda < test
+    assert preflight < python < venv < data < gpu_check  # data before the unit tests
     cuda_id = steps(doc)[cuda].get('id')
     for i in (gpu_check, test):
         condition = str(steps(doc)[i].get('if', 'success()'))
@@ -219,7 +281,8 @@ def check_runs_tests_and_gpu_check(doc, **_):
 
 CHECKS = [check_setup_python, check_venv_and_data_outside_the_workspace,
           check_make_uses_the_outside_venv, check_cuda_step, check_order,
-          check_timeouts, check_runs_tests_and_gpu_check]
+          check_timeouts, check_runs_tests_and_gpu_check, check_preflight,
+          check_trusted_triggers_and_pinned_actions]
 
 
 @pytest.mark.parametrize('check', CHECKS, ids=lambda c: c.__name__[len('check_'):])
@@ -263,7 +326,30 @@ def one_step_without_timeout(doc):
     steps(doc)[-1].pop('timeout-minutes')
 
 
+def add_trigger(name, value):
+    def mutate(doc):
+        doc['on'][name] = value
+    return mutate
+
+
+def unpin_checkout(doc):
+    steps(doc)[0]['uses'] = 'actions/checkout@v4'
+
+
 MUTATIONS = {
+    'a nightly schedule': (check_trusted_triggers_and_pinned_actions,
+                           add_trigger('schedule', [{'cron': '17 3 * * *'}])),
+    'pull requests': (check_trusted_triggers_and_pinned_actions,
+                      add_trigger('pull_request_target', None)),
+    'an action by tag': (check_trusted_triggers_and_pinned_actions, unpin_checkout),
+    'preflight never fails': (check_preflight, edit_run(
+        'MIN_DRIVER', '  exit 1\n', '')),
+    'preflight without the driver check': (check_preflight, edit_run(
+        'MIN_DRIVER', '-ge "$MIN_DRIVER"', '-ge 0')),
+    'preflight ignores /dev/shm': (check_preflight, edit_run(
+        'MIN_DRIVER', '-ge "$MIN_SHM_MB"', '-ge 0')),
+    'data after the GPU check': (check_order, drop(
+        lambda s: 'read_fashion_mnist' in s.get('run', ''))),
     'no setup-python': (check_setup_python,
                         drop(lambda s: 'setup-python' in s.get('uses', ''))),
     'data in the workspace': (check_venv_and_data_outside_the_workspace, edit_run(
