@@ -3,6 +3,8 @@
 On a machine with at least one GPU it runs these steps, one after the other, each under
 its own time limit (about 9 minutes in all on one modern GPU):
 
+0. Fashion-MNIST in MULTIGPU_DATA, downloaded when missing (without it pytest would
+   quietly skip every test that reads it);
 1. the unit tests, on CUDA (``pytest tests``);
 2. nbval over chapters 1-6 (their stored outputs, recomputed on this machine);
 3. chapter 7's DDP job: LeNet for 3 epochs, one process per GPU (NCCL);
@@ -119,6 +121,16 @@ def run_step(step):
 
 # --- The steps ---------------------------------------------------------------------
 
+def fashion_mnist(timeout):
+    """The data every later step reads, or one line saying why it cannot be had."""
+    try:
+        for train in (True, False):
+            dp.read_fashion_mnist(train)
+    except dp.DataUnavailableError as error:
+        raise StepFailed(str(error), '') from None
+    return f'in {dp.data_root()}', {}, ''
+
+
 def unit_tests(timeout):
     """pytest tests (the browser check is collected only when asked for by path)."""
     out = run_command([sys.executable, '-m', 'pytest', '-q', 'tests'], timeout)
@@ -205,7 +217,8 @@ def allreduce(world_size):
 
 def steps_for(num_gpus):
     """The steps for this machine, each with its time limit in seconds."""
-    steps = [Step('unit', 'unit tests on CUDA', unit_tests, 360),
+    steps = [Step('data', 'Fashion-MNIST', fashion_mnist, 120),
+             Step('unit', 'unit tests on CUDA', unit_tests, 360),
              Step('nbval', 'nbval, chapters 1-6', notebooks, 360),
              Step('ddp', 'chapter 7 DDP, LeNet', lenet_ddp(num_gpus), 180),
              Step('resnet18', 'ResNet-18, 2 epochs', resnet18, 300)]

@@ -14,8 +14,8 @@ The book's one policy when a job asks for more devices than the machine has GPUs
 
 - a sweep: several jobs whose numbers are compared with each other (a scaling curve,
   a table over k): ``sweep_environment`` runs all of them on GPUs when the largest job
-  gets one GPU per process, otherwise all on the CPU (GPUs hidden from the jobs, one line
-  says so). GPU and CPU points are never mixed in one figure or table.
+  gets one GPU per process, otherwise all on the CPU (GPUs hidden from the jobs, one
+  line says so). GPU and CPU points are never mixed in one figure or table.
 - a measurement that only exists on the CPU (bytes on gloo's sockets): ``CPU_ONLY``.
 
 On a machine without a GPU, a stand-in device is **one CPU core**: every device (a

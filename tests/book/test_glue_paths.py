@@ -40,7 +40,7 @@ def text_keys(cells):
 
 
 def key_pattern(node):
-    """A regex for the glue key given by an expression, or None when it is not literal."""
+    """A regex for the glue key an expression gives, or None when it is not literal."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return re.escape(node.value)
     if isinstance(node, ast.JoinedStr):
@@ -150,7 +150,8 @@ def cells_of(*sources, text='{glue:text}`step:.1e` and {glue:text}`x`'):
      ['step']),
     ("def later():\n    dp.glue('step', 1)\n", ['step']),
     ("try:\n    dp.glue('step', f())\nexcept ValueError:\n    pass\n", ['step']),
-    ("try:\n    dp.glue('step', f())\nexcept ValueError:\n    dp.glue('step', 0)\n", []),
+    ("try:\n    dp.glue('step', f())\nexcept ValueError:\n    dp.glue('step', 0)\n",
+     []),
     ("dp.glue('step', 1 if cpu else 2)\n", []),
 ])
 def test_the_check_finds_keys_glued_on_one_path_only(source, missing):

@@ -71,35 +71,35 @@ def test_the_real_cpu_machine_path(capsys, gpu_check):
 def test_two_gpus_all_steps_pass(monkeypatch, capsys, gpu_check):
     calls = simulate(monkeypatch, gpu_check, 2)
     assert gpu_check.main([]) == 0
-    assert calls == ['unit', 'nbval', 'ddp', 'resnet18', 'allreduce']
+    assert calls == ['data', 'unit', 'nbval', 'ddp', 'resnet18', 'allreduce']
     lines = capsys.readouterr().out.splitlines()
     step_lines = [line for line in lines if line.startswith(('pass', 'FAIL'))]
-    assert len(step_lines) == 5  # one line per step, printed as it ends
+    assert len(step_lines) == 6  # one line per step, printed as it ends
     text = '\n'.join(lines)
     for value in INFO.values():  # GPU model, capability, versions, driver
         assert value in text
     assert '1.23 s/epoch' in text and '12.50 s/epoch' in text
     assert 'torch 180.2 GB/s' in text and 'ring 90.5 GB/s' in text
-    assert lines[-1] == 'all 5 steps passed'
+    assert lines[-1] == 'all 6 steps passed'
     assert all(len(line) <= 88 for line in lines)
 
 
 def test_one_gpu_skips_the_ring_check(monkeypatch, capsys, gpu_check):
     calls = simulate(monkeypatch, gpu_check, 1)
     assert gpu_check.main([]) == 0
-    assert calls == ['unit', 'nbval', 'ddp', 'resnet18']
+    assert calls == ['data', 'unit', 'nbval', 'ddp', 'resnet18']
     text = capsys.readouterr().out
-    assert 'needs 2 GPUs or more' in text and 'all 4 steps passed' in text
+    assert 'needs 2 GPUs or more' in text and 'all 5 steps passed' in text
 
 
 def test_a_failed_step_fails_the_check_and_shows_its_output(monkeypatch, capsys,
                                                            gpu_check):
     calls = simulate(monkeypatch, gpu_check, 4, failing={'nbval'})
     assert gpu_check.main([]) == 1
-    assert calls == ['unit', 'nbval', 'ddp', 'resnet18', 'allreduce']  # all still run
+    assert calls == ['data', 'unit', 'nbval', 'ddp', 'resnet18', 'allreduce']  # all run
     out = capsys.readouterr().out
     assert 'FAIL  nbval, chapters 1-6' in out
-    assert '1 of 5 steps failed: nbval, chapters 1-6' in out
+    assert '1 of 6 steps failed: nbval, chapters 1-6' in out
     assert out.rstrip().endswith('1 failed, 9 passed')  # the end of its output
     assert 'E   assert 1 == 2' in out
 
@@ -236,3 +236,20 @@ def test_make_target_runs_the_script_with_the_venv_python(tmp_path):
                           f'VENV={venv}'], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=60).stdout
     assert out.splitlines()[-1] == f'{venv}/bin/python tools/gpu_check.py'
+
+
+def test_data_step_says_in_one_line_why_there_is_no_data(monkeypatch, gpu_check):
+    def unavailable(train, root=None):
+        raise dp.DataUnavailableError('not in /nowhere: set MULTIGPU_DATA')
+    monkeypatch.setattr(dp, 'read_fashion_mnist', unavailable)
+    result = gpu_check.run_step(gpu_check.steps_for(1)[0])
+    assert not result.ok and result.step.key == 'data'
+    assert result.detail == 'not in /nowhere: set MULTIGPU_DATA'
+
+
+def test_data_step_reads_both_sets(monkeypatch, gpu_check):
+    read = []
+    monkeypatch.setattr(dp, 'read_fashion_mnist',
+                        lambda train, root=None: read.append(train))
+    result = gpu_check.run_step(gpu_check.steps_for(2)[0])
+    assert result.ok and read == [True, False]

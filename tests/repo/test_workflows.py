@@ -64,7 +64,8 @@ def check_trusted_triggers_and_pinned_actions(doc, **_):
     job, = doc['jobs'].values()
     assert 'self-hosted' in job['runs-on'] and 'gpu' in job['runs-on']
     uses = [s['uses'] for s in job['steps'] if 'uses' in s]
-    assert uses and all(re.fullmatch(r'[\w.-]+/[\w.-]+@[0-9a-f]{40}', u) for u in uses), uses
+    pinned = re.compile(r'[\w.-]+/[\w.-]+@[0-9a-f]{40}')
+    assert uses and all(pinned.fullmatch(u) for u in uses), uses
 
 
 def test_gpu_workflow_never_runs_untrusted_code():
@@ -170,7 +171,8 @@ def check_preflight(doc, tmp_path, **_):
     missing in one line (with the CUDA 12.6 build for an old driver), then fails."""
     rc, out = run_preflight(doc, tmp_path)
     assert rc == 0, out
-    assert out.splitlines()[-1].startswith('preflight: driver 580.65.06, make, Ubuntu 99'), out
+    last = out.splitlines()[-1]
+    assert last.startswith('preflight: driver 580.65.06, make, Ubuntu 99'), out
     rc, out = run_preflight(doc, tmp_path, driver='570.86.15', mode='Exclusive_Process',
                             os_id='debian', MAKE='no-such-make', MIN_FREE_GB='999999',
                             MIN_SHM_MB='999999999')

@@ -31,8 +31,8 @@ def plot_scaling(num_devices, runs, cores=None, backend=None):
     and are refused with a ValueError.
     """
     from matplotlib import pyplot as plt
-    kinds = set() if backend is None else {backend} if isinstance(backend, str) else set(
-        backend)
+    kinds = ({backend} if isinstance(backend, str)
+             else set() if backend is None else set(backend))
     if len(kinds) > 1:
         raise ValueError(f'points measured with {" and ".join(sorted(kinds))} in one '
                          'figure: run every job on one kind of device '
