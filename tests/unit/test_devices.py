@@ -200,3 +200,34 @@ def test_sweep_environment_is_a_fresh_dict(monkeypatch, capsys):
     env = dp.sweep_environment((1, 2))
     env['X'] = '1'  # a caller adding to it must not change the policy's constant
     assert dp.CPU_ONLY == {'CUDA_VISIBLE_DEVICES': ''}
+
+
+# What each chapter runs where, by the policy, for the machines the book names: Colab
+# (1 GPU), 2 GPUs, 8 GPUs, and none. Chapter 7 uses min(GPUs, 2) processes (2 on a CPU);
+# chapter 8 sweeps 1, 2, 4 processes, chapter 9 1 to 4.
+CHAPTER_TABLE = {
+    0: {'devices': ['cpu', 'cpu'], 'ch7': ('gloo', 2), 'ch8': 'gloo', 'ch9': 'gloo'},
+    1: {'devices': ['cuda:0', 'cuda:0'], 'ch7': ('nccl', 1), 'ch8': 'gloo',
+        'ch9': 'gloo'},
+    2: {'devices': ['cuda:0', 'cuda:1'], 'ch7': ('nccl', 2), 'ch8': 'gloo',
+        'ch9': 'gloo'},
+    8: {'devices': ['cuda:0', 'cuda:1'], 'ch7': ('nccl', 2), 'ch8': 'nccl',
+        'ch9': 'nccl'},
+}
+
+
+@pytest.mark.parametrize('num_gpus', sorted(CHAPTER_TABLE))
+def test_what_each_chapter_runs_where(monkeypatch, capsys, num_gpus):
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: num_gpus)
+    expected = CHAPTER_TABLE[num_gpus]
+    assert [str(d) for d in dp.get_devices(2, verbose=False)] == expected['devices']
+    world_size = min(num_gpus, 2) if num_gpus else 2
+    assert (dp.process_device(0, world_size)[0], world_size) == expected['ch7']
+    for chapter, counts in (('ch8', (1, 2, 4)), ('ch9', (1, 2, 3, 4))):
+        env = dp.sweep_environment(counts)
+        assert dp.sweep_backend(counts) == expected[chapter]
+        hidden = env == {'CUDA_VISIBLE_DEVICES': ''}
+        assert hidden == (0 < num_gpus < max(counts))  # and then a line says so
+    said = capsys.readouterr().out
+    assert said.count('every job here runs on the CPU') == (2 if num_gpus in (1, 2)
+                                                             else 0)
