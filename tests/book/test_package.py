@@ -70,24 +70,80 @@ def test_every_chapter_starts_with_the_same_install_cell():
     assert all(len(line) <= 88 for line in source.splitlines())
 
 
-@pytest.fixture(scope='session')
-def wheel(tmp_path_factory):
-    """A wheel of the project, built offline."""
-    out = tmp_path_factory.mktemp('wheel')
-    subprocess.run([sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--no-build-isolation',
-                    '-q', '-w', str(out), str(ROOT)], check=True, timeout=300)
-    built, = out.glob('multigpu_book-*.whl')
-    return built
+def project_version():
+    import tomllib
+    return tomllib.loads((ROOT / 'pyproject.toml').read_text())['project']['version']
 
 
-@pytest.fixture(scope='session')
-def site(tmp_path_factory, wheel):
-    """The wheel installed into an empty folder (torch and friends come from .venv)."""
-    target = tmp_path_factory.mktemp('site')
-    subprocess.run([sys.executable, '-m', 'pip', 'install', '--no-deps', '-q', '--target',
-                    str(target), str(wheel)], check=True, timeout=300)
-    assert (target / 'data_parallel' / 'train_ddp.py').exists()
-    return target
+def test_install_cell_installs_the_version_the_notebook_was_written_with():
+    """Issue 21-6 and 24: the cell pins the package version of pyproject.toml (the tag
+    v<version>), not the moving main branch; bump both together and tag the release."""
+    source = ''.join(bootstrap_cell(CHAPTERS[0])['source'])
+    pinned = re.search(r"^VERSION = '([^']+)'$", source, re.MULTILINE)
+    assert pinned, 'the install cell names no VERSION'
+    assert pinned.group(1) == project_version(), \
+        f'install cell: {pinned.group(1)}, pyproject.toml: {project_version()}'
+    assert "f'{url}@v{VERSION}'" in source, 'it installs the tag v<VERSION>'
+
+
+def run_install_cell(monkeypatch, returncode):
+    """The install cell with data_parallel missing and pip answering returncode."""
+    import importlib.util
+    calls = []
+
+    def pip(args, **kwargs):
+        calls.append(args)
+        return subprocess.CompletedProcess(args, returncode, b'', b'\x1b[31mERROR')
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, 'find_spec', lambda name, *a: (
+        None if name == 'data_parallel' else find_spec(name, *a)))
+    monkeypatch.setattr(subprocess, 'run', pip)
+    monkeypatch.delenv('MULTIGPU_BOOK_PACKAGE', raising=False)
+    exec(''.join(bootstrap_cell(CHAPTERS[0])['source']), {})
+    return calls
+
+
+def test_install_cell_fails_in_one_line_that_says_what_to_do(monkeypatch, capsys):
+    with pytest.raises(Exception) as failed:
+        run_install_cell(monkeypatch, returncode=1)
+    lines = failed.value._render_traceback_()  # IPython shows these, not a traceback
+    assert len(lines) == 1 and '\n' not in lines[0], lines
+    line, version = lines[0], project_version()
+    assert 'MULTIGPU_BOOK_PACKAGE' in line and f'multigpu_book-{version}-' in line, line
+    assert f'@v{version}' in line  # it names what it tried
+    assert capsys.readouterr().out == ''  # pip's own (coloured) output is not shown
+
+
+def test_install_cell_installs_the_pinned_tag(monkeypatch, capsys):
+    calls = run_install_cell(monkeypatch, returncode=0)
+    url = yaml.safe_load((ROOT / '_config.yml').read_text())['repository']['url']
+    assert calls == [[sys.executable, '-m', 'pip', 'install', '-q',
+                      f'git+{url}@v{project_version()}']]
+    assert capsys.readouterr().out.startswith('Installed the helper package')
+
+
+@pytest.mark.slow
+def test_install_cell_offline_in_a_kernel_prints_one_line(tmp_path):
+    """In a real kernel: no package, no network (a wheel that is not there)."""
+    import nbformat
+    from nbclient import NotebookClient
+    hide = ("import importlib.util as u\n"
+            "u.find_spec = lambda n, *a, f=u.find_spec: None if n == 'data_parallel' "
+            "else f(n, *a)\n")
+    nb = nbformat.v4.new_notebook()
+    cell = hide + ''.join(bootstrap_cell(CHAPTERS[0])['source'])
+    nb.cells = [nbformat.v4.new_code_cell(cell)]
+    missing = tmp_path / f'multigpu_book-{project_version()}-py3-none-any.whl'
+    os.environ['MULTIGPU_BOOK_PACKAGE'] = str(missing)
+    try:
+        NotebookClient(nb, kernel_name='python3', timeout=120, allow_errors=True,
+                       resources={'metadata': {'path': str(tmp_path)}}).execute()
+    finally:
+        del os.environ['MULTIGPU_BOOK_PACKAGE']
+    outputs = nb.cells[0].outputs
+    assert [o['output_type'] for o in outputs] == ['error'], outputs
+    assert len(outputs[0]['traceback']) == 1, outputs[0]['traceback']
+    assert 'MULTIGPU_BOOK_PACKAGE' in outputs[0]['traceback'][0]
 
 
 @pytest.mark.slow
