@@ -5,15 +5,21 @@
 #   make execute  re-run every notebook in place on this machine (refresh stored outputs)
 #   make lab      JupyterLab on the book's folder, to run the chapters yourself
 #   make clean    remove the build folder and caches (keeps .venv and data/)
+#   make reader-copies  rewrite notebooks/, the chapters as Colab and a download give them
+# .venv is built with $(PYTHON), which must be Python 3.11 or newer (the pins in
+# requirements.txt need it): `make PYTHON=python3.12 test` picks another one.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: book test tests unit nbval execute lab clean distclean
+.PHONY: book test tests unit nbval execute lab reader-copies clean distclean
 
 $(STAMP): requirements.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+	  v=$$($(PYTHON) -V 2>/dev/null) || v='not found'; echo "$(PYTHON): $$v; the \
+	book needs Python 3.11 or newer: make PYTHON=python3.12 $(MAKECMDGOALS)" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
@@ -39,12 +45,19 @@ nbval: $(STAMP)
 execute: $(STAMP)
 	$(PY) tools/execute_notebooks.py book/[0-9]*.ipynb
 
+# The chapters without MyST, for Colab, a download and JupyterLab (glued numbers filled in,
+# solutions as collapsed boxes); tests/book/test_reader_copies.py checks they are current.
+reader-copies: $(STAMP)
+	$(PY) tools/reader_copies.py
+
 # JupyterLab prints the URL to open (with its token) once it listens; Ctrl-C stops it.
 # (Jupyter refuses to run as root without --allow-root: containers and CI run as root.)
+# It opens the reader copies (notebooks/); `make lab LAB_DIR=book` opens the sources.
 LAB_PORT ?= 8888
+LAB_DIR  ?= notebooks
 LAB_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab --no-browser --port=$(LAB_PORT) --notebook-dir=book $(LAB_ROOT)
+	$(VENV)/bin/jupyter lab --no-browser --port=$(LAB_PORT) --notebook-dir=$(LAB_DIR) $(LAB_ROOT)
 
 clean:
 	rm -rf _build .pytest_cache book/.ipynb_checkpoints

@@ -13,10 +13,17 @@ HTML that the browser check (tests/browser) found in the stock Jupyter Book 1 st
   box with the prose, the code and its output (run and checked by nbval like any cell).
   A `solution` cell with no dropdown right before it is a build warning (an error
   under -W).
+- The chapters a reader runs outside the book read right (issue 24): the Colab button
+  opens the chapter's reader copy, `<reader_copies>/NN_x.ipynb` on GitHub (config value
+  `reader_copies`, set in _config.yml), and the download button gives the same copy:
+  after the build, `_sources/book/NN_x.ipynb` is replaced by the reader copy made from
+  the chapter (tools/reader_copies.py: glued numbers as numbers, solutions as HTML
+  <details>, no MyST a plain Jupyter shows raw).
 - A little CSS (CSS below, served as _static/book_html_fixes.css): inline code may break
   inside a long name rather than make a phone's page scroll sideways; the intro's
   picture (class `hero`) takes the column's width.
 """
+import importlib.util
 from pathlib import Path
 
 from docutils import nodes
@@ -87,7 +94,51 @@ def _merge_solutions(app, doctree):
         box.append(cell)
 
 
+def _reader_copies_module(app):
+    path = Path(app.confdir) / 'tools' / 'reader_copies.py'
+    spec = importlib.util.spec_from_file_location('reader_copies', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _colab_to_reader_copy(app, pagename, templatename, context, doctree):
+    """The Colab button of a chapter opens its reader copy instead of its source."""
+    folder = app.config.reader_copies
+    if not folder:
+        return
+    source = f'/{pagename}.ipynb'
+    reader = f'/{folder}/{Path(pagename).name}.ipynb'
+
+    def walk(buttons):
+        for button in buttons:
+            walk(button.get('buttons', []))
+            url = button.get('url', '')
+            if button.get('text') == 'Colab' and url.endswith(source):
+                button['url'] = url.removesuffix(source) + reader
+    walk(context.get('header_buttons', []))
+
+
+def _download_reader_copies(app, exception):
+    """Replace each chapter's downloadable _sources/...ipynb by its reader copy."""
+    if exception or not app.config.reader_copies or app.builder.format != 'html':
+        return
+    tool = _reader_copies_module(app)
+    for path, number in tool.chapters().items():
+        docname = path.relative_to(Path(app.confdir)).with_suffix('').as_posix()
+        target = Path(app.outdir) / '_sources' / f'{docname}.ipynb'
+        if target.exists():
+            try:
+                target.write_text(tool.dumps(tool.reader_copy(path, number)),
+                                  encoding='utf-8')
+            except tool.Refused as refused:
+                logger.warning(f'no reader copy for the download button: {refused}')
+
+
 def setup(app):
+    app.add_config_value('reader_copies', '', 'html')
+    app.connect('html-page-context', _colab_to_reader_copy, priority=600)
+    app.connect('build-finished', _download_reader_copies)
     # after the other extensions have added their page scripts
     app.connect('html-page-context', _dedupe_scripts, priority=900)
     app.connect('doctree-read', _merge_solutions)

@@ -125,10 +125,12 @@ def chapter_problems(driver, rel, nb):
     hrefs = set(driver.execute_script(
         "return Array.from(document.querySelectorAll('a[href]')).map(a => a.href)"))
     src = rel.removesuffix('.html') + '.ipynb'
+    # Colab and the download give the chapter's reader copy (tools/reader_copies.py)
+    reader = f"{cfg['sphinx']['config']['reader_copies']}/{Path(src).name}"
     wanted = {
         'Colab launch button': f"{cfg['launch_buttons']['colab_url'].rstrip('/')}/github/"
                                f"{repo.split('github.com/')[1]}/blob/"
-                               f"{cfg['repository']['branch']}/{src}",
+                               f"{cfg['repository']['branch']}/{reader}",
         '.ipynb download button': f'_sources/{src}',
         'repository button': repo,
         'issue button': f'{repo}/issues/new',
@@ -138,6 +140,8 @@ def chapter_problems(driver, rel, nb):
             problems.append(f'no {what} (a link containing {needle!r})')
     if not (HTML / '_sources' / src).is_file():
         problems.append(f'the download link points to a missing _sources/{src}')
+    elif (HTML / '_sources' / src).read_bytes() != (ROOT / reader).read_bytes():
+        problems.append(f'the download _sources/{src} is not the reader copy {reader}')
     # numbered in the table of contents
     entry = driver.execute_script(r"""
       const a = document.querySelector('nav.bd-docs-nav a.current') ||

@@ -1,0 +1,247 @@
+"""What a reader who runs a chapter outside the book opens reads right (issue 24).
+
+The Colab button opens notebooks/NN_x.ipynb on GitHub and the download button gives the
+same reader copy (book/_ext/book_html_fixes.py); `make lab` opens that folder. These
+tests open every reader copy as a plain Jupyter would and find no MyST role or directive
+(which it shows raw), every glued number written out as the book formats it, chapter
+7's program as Python code, and the solutions marked and collapsed. The copies must be
+what tools/reader_copies.py makes of the chapters now (`make reader-copies`).
+"""
+import ast
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from ast import literal_eval
+
+import nbformat
+import pytest
+import yaml
+
+import data_parallel as dp
+
+ROOT = dp.repo_root()
+CHAPTERS = sorted((ROOT / 'book').glob('[0-9][0-9]_*.ipynb'))
+READER = ROOT / 'notebooks'
+# What a plain Jupyter (Colab, JupyterLab without jupyterlab-myst, VS Code, GitHub)
+# shows as raw text: MyST roles, directive fences and their options, targets, comments.
+MYST = re.compile(r'\{[a-z][\w:-]*\}`'              # a role: {glue:text}`x`, {doc}`x`
+                  r'|^\s*(?:`{3,}|~{3,}|:{3,})\s*\{'  # a directive: ```{note}, :::{x}
+                  r'|^:::'                           # a colon fence
+                  r'|^:[\w-]+:(?:\s|$)'              # a directive's option (:class: x)
+                  r'|^\([\w-]+\)=\s*$'               # a target (label)=
+                  r'|^%|^\+\+\+', re.MULTILINE)      # a comment, a block break
+GLUE = re.compile(r'\{glue:text\}`([^`:]+)(?::([^`]*))?`')
+FENCE = re.compile(r'^```python\n# (data_parallel/[\w/]+\.py)\n(.*?)^```$',
+                   re.MULTILINE | re.DOTALL)
+
+
+def tool():
+    spec = importlib.util.spec_from_file_location('reader_copies',
+                                                  ROOT / 'tools' / 'reader_copies.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def load(path):
+    return json.loads(path.read_text(encoding='utf-8'))
+
+
+def text(cell):
+    return ''.join(cell['source'])
+
+
+def reader_copy(chapter):
+    return READER / chapter.name
+
+
+@pytest.fixture(scope='module', params=CHAPTERS, ids=[c.name for c in CHAPTERS])
+def pair(request):
+    """(chapter, its reader copy) as notebook dicts."""
+    path = reader_copy(request.param)
+    assert path.exists(), f'no {path.relative_to(ROOT)}: run `make reader-copies`'
+    return load(request.param), load(path)
+
+
+def test_reader_copies_are_up_to_date():
+    """notebooks/ is exactly what tools/reader_copies.py makes of the chapters now."""
+    reader = tool()
+    stale = [c.name for c in CHAPTERS if not reader_copy(c).exists()
+             or reader_copy(c).read_text(encoding='utf-8') != reader.dumps(
+                 reader.reader_copy(c))]
+    extra = sorted({p.name for p in READER.glob('*.ipynb')}
+                   - {c.name for c in CHAPTERS})
+    readme = (READER / 'README.md').read_text(encoding='utf-8')
+    if readme != reader.readme(reader.chapters()):
+        stale.append('README.md')
+    assert not stale and not extra, \
+        f'notebooks/ is stale ({stale + extra}): run `make reader-copies` and commit it'
+
+
+def test_no_myst_a_plain_jupyter_shows_raw(pair):
+    _, copy = pair
+    nbformat.validate(nbformat.from_dict(copy))
+    raw = [(cell.get('id'), m.group(0)) for cell in copy['cells']
+           if cell['cell_type'] == 'markdown' for m in MYST.finditer(text(cell))]
+    assert raw == [], f'MyST shown raw in a plain Jupyter: {raw[:5]}'
+
+
+def glued(nb):
+    """{name: stored text/plain} of every glued value in a notebook's outputs."""
+    return {o['metadata']['scrapbook']['name']: text_plain
+            for cell in nb['cells'] for o in cell.get('outputs', [])
+            if 'scrapbook' in o.get('metadata', {})
+            for key, text_plain in o['data'].items() if key.endswith('/text/plain')}
+
+
+def as_the_book_writes(stored, spec):
+    """A glued value with a role's format spec, as myst-nb formats it."""
+    value = literal_eval(stored)
+    if spec and spec[-1] in 'eEfFgG%':
+        value = float(value)
+    return format(value, spec or '')
+
+
+def test_every_glued_number_is_written_out(pair):
+    """Each {glue:text} role of the chapter is its number in the copy, in its place."""
+    chapter, copy = pair
+    values = glued(chapter)
+    by_id = {cell['id']: text(cell) for cell in copy['cells']}
+    count = 0
+    for cell in chapter['cells']:
+        if cell['cell_type'] != 'markdown':
+            continue
+        source = text(cell)
+        for match in GLUE.finditer(source):
+            number = as_the_book_writes(values[match.group(1)], match.group(2))
+            before = source[:match.start()].rsplit('\n', 1)[-1].rsplit('`', 1)[-1][-20:]
+            assert before + number in by_id[cell['id']], (match.group(0), number)
+            assert re.fullmatch(r'[-+]?[\d.,]+(e[-+]\d+)?%?', number), number
+            count += 1
+    assert count == len(GLUE.findall(json.dumps(chapter)))  # every role was looked at
+    assert not any('papermill' in json.dumps(c.get('outputs', []))
+                   for c in copy['cells'])
+
+
+def test_glue_is_checked_for_real():
+    """The chapters glue numbers (65 when issue 24 was filed), in chapters 6-9."""
+    roles = {c.name: len(GLUE.findall(json.dumps(load(c)))) for c in CHAPTERS}
+    assert sum(roles.values()) >= 60, roles
+
+
+def test_chapter_7_shows_its_program_as_code():
+    """The listings of train_ddp.py (and devices.py) are fenced Python in the copy,
+    identical to the package's code."""
+    chapter = next(c for c in CHAPTERS if c.name.startswith('07_'))
+    markdown = [text(c) for c in load(reader_copy(chapter))['cells']
+                if c['cell_type'] == 'markdown']
+    listings = [(file, code) for md in markdown for file, code in FENCE.findall(md)]
+    files = {file for file, _ in listings}
+    assert 'data_parallel/train_ddp.py' in files, files
+    names = set()
+    for file, code in listings:
+        package_text = (ROOT / 'book' / file).read_text(encoding='utf-8')
+        for node in ast.parse(code).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                names.add((file, node.name))
+                definition = ast.get_source_segment(code, node)
+                assert definition in package_text, f'{file}: {node.name} differs'
+    assert ('data_parallel/train_ddp.py', 'train') in names, names
+    assert len(names) >= 5, names
+
+
+def test_solutions_are_marked_and_collapsed(pair):
+    chapter, copy = pair
+    dropdowns = sum(text(c).count(':class: dropdown') for c in chapter['cells'])
+    boxes = [text(c) for c in copy['cells'] if c['cell_type'] == 'markdown'
+             and text(c).startswith('<details>')]
+    assert dropdowns and len(boxes) == dropdowns
+    summary = r'<details>\n<summary><b>Solution to exercise \d+</b></summary>\n'
+    assert all(re.match(summary, box) and box.rstrip().endswith('</details>')
+               for box in boxes)
+    code = [c for c in copy['cells'] if 'solution' in c['metadata'].get('tags', [])]
+    assert code and all(text(c).startswith('# Solution to exercise ') for c in code)
+    collapsed = {'source_hidden': True, 'outputs_hidden': True}
+    assert all(c['metadata']['jupyter'] == collapsed for c in code)
+
+
+def test_code_and_outputs_are_the_chapters(pair):
+    """Same code (a solution gains one comment line), same outputs but the glue ones."""
+    chapter, copy = pair
+    code = {c['id']: c for c in copy['cells'] if c['cell_type'] == 'code'}
+    for cell in chapter['cells']:
+        if cell['cell_type'] != 'code':
+            continue
+        mine = code.pop(cell['id'])
+        assert text(mine).endswith(text(cell))
+        assert mine['outputs'] == [o for o in cell['outputs']
+                                   if 'scrapbook' not in o.get('metadata', {})]
+    assert not code
+
+
+def test_the_tool_refuses_myst_it_does_not_translate():
+    reader = tool()
+    for markdown in ('See {ref}`fig-x`.', '```{note}\nHi\n```', '(a-target)=\n# T',
+                     ':::{admonition} Hint\n:class: dropdown\nx'):
+        with pytest.raises(reader.Refused):
+            reader.translate(markdown, {}, {}, 'test.ipynb')
+    with pytest.raises(reader.Refused, match='no value stored'):
+        reader.translate('{glue:text}`missing:.2f`', {}, {}, 'test.ipynb')
+    assert reader.translate('{glue:text}`x:.1f` and {numref}`fig-a`', {'x': '0.25'},
+                            {'fig-a': '2.1'}, 't') == '0.2 and Fig. 2.1'
+
+
+def test_colab_and_download_buttons_point_to_the_reader_copies():
+    config = yaml.safe_load((ROOT / '_config.yml').read_text(encoding='utf-8'))
+    assert config['sphinx']['config']['reader_copies'] == READER.name == tool().OUT
+    assert READER.name in config['exclude_patterns']  # not a page of the book
+    spec = importlib.util.spec_from_file_location(
+        'book_html_fixes', ROOT / 'book' / '_ext' / 'book_html_fixes.py')
+    fixes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fixes)
+    colab = 'https://colab.research.google.com/github/o/r/blob/main'
+    context = {'header_buttons': [{'buttons': [
+        {'text': 'Colab', 'url': f'{colab}/book/06_training.ipynb'},
+        {'text': 'Binder', 'url': 'https://mybinder.org/x/book/06_training.ipynb'}]}]}
+
+    class App:
+        class config:
+            reader_copies = READER.name
+    fixes._colab_to_reader_copy(App, 'book/06_training', None, context, None)
+    buttons = context['header_buttons'][0]['buttons']
+    assert buttons[0]['url'] == f'{colab}/notebooks/06_training.ipynb'
+    assert buttons[1]['url'].endswith('/book/06_training.ipynb')  # only Colab's
+
+
+def test_reader_copies_are_not_collected_as_tests():
+    """pytest tests and nbval (pytest ... book) never run the copies."""
+    ini = (ROOT / 'pytest.ini').read_text()
+    assert re.search(r'^testpaths\s*=\s*tests\s*$', ini, re.MULTILINE)
+    assert not (READER / 'conftest.py').exists()
+    assert READER.parent == ROOT and 'book' not in READER.parts[len(ROOT.parts):]
+
+
+@pytest.mark.slow
+def test_reader_copy_of_chapter_1_runs_alone_in_an_empty_folder(tmp_path, site,
+                                                                 fashion_root):
+    """The copy a reader downloads, with the package from the wheel (not the clone)."""
+    nb = load(reader_copy(CHAPTERS[0]))
+    nb['cells'].append({'cell_type': 'code', 'execution_count': None, 'id': 'where',
+                        'metadata': {}, 'outputs': [],
+                        'source': 'import data_parallel as m\nprint(m.__file__)'})
+    alone = tmp_path / 'alone' / CHAPTERS[0].name
+    alone.parent.mkdir()
+    alone.write_text(json.dumps(nb))
+    env = {**os.environ, 'PYTHONPATH': str(site), 'MULTIGPU_DATA': str(fashion_root)}
+    execute = ROOT / 'tools' / 'execute_notebooks.py'
+    result = subprocess.run([sys.executable, str(execute), str(alone)], env=env,
+                            capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    cells = load(alone)['cells']
+    where = ''.join(cells[-1]['outputs'][0]['text']).strip()
+    assert where == str(site / 'data_parallel' / '__init__.py')
+    assert [c['outputs'] for c in cells if c.get('id') == 'install-helper'] == [[]]
+    assert sorted(p.name for p in alone.parent.iterdir()) == [CHAPTERS[0].name]
