@@ -40,6 +40,10 @@ def test_zero1_from_scratch_equals_ddp(fashion_root, k):
     # 129,068 values: the momentum shards cover them once, sizes differ by at most one
     assert sum(result['momentum_values']) == result['num_params'] == 129_068
     assert max(result['momentum_values']) - min(result['momentum_values']) <= 1
+    if k == 2:  # gloo, on sockets: the ring's two halves send what one allreduce sends
+        sent = result['socket_bytes_per_step']
+        for ddp, zero1 in zip(sent['ddp'], sent['zero1']):
+            assert zero1 == pytest.approx(ddp, rel=0.05), sent
 
 
 @pytest.mark.parametrize('k', [2, 3, 4])
@@ -80,6 +84,14 @@ def test_socket_bytes_follow_the_ring(train_runs):
         N = train_runs[k]['num_params']
         for sent in train_runs[k]['impls']['ddp']['socket_bytes_per_step']:
             assert sent / (4 * N) == pytest.approx(2 * (k - 1) / k, rel=0.05)
+        # FSDP2 sends twice DDP's bytes, not the model's 1.5 times: gloo's
+        # reduce-scatter is an allreduce (ProcessGroupGloo.cpp,
+        # reduce_scatter_tensor_coalesced); ZeroRedundancyOptimizer 1.5 times (its
+        # broadcasts)
+        mean = {impl: sum(r['socket_bytes_per_step']) / k
+                for impl, r in train_runs[k]['impls'].items()}
+        assert mean['fsdp'] / mean['ddp'] == pytest.approx(2, abs=0.1), mean
+        assert mean['zero'] / mean['ddp'] == pytest.approx(1.5, abs=0.1), mean
 
 
 def test_killed_fsdp2_job_resumes_from_dcp_and_equals_an_uninterrupted_run(

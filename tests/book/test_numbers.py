@@ -1,0 +1,180 @@
+"""No stale numbers: every measured number in a chapter's text is glued or cited.
+
+A number measured by a cell goes into the prose through glue ({glue:text}`name`), so a
+re-execution updates it. This test reads the Markdown of every chapter and of the intro
+and fails on a number that looks measured (a decimal, a percentage, a ratio written
+"1.6x") and is neither glued nor in one of the two lists below:
+- CITED: figures from elsewhere, each with its source (the text attributes them too);
+- EXACT: values that follow from the text's own arithmetic or a formula, or settings
+  it chooses, not measurements; each with the arithmetic or the setting.
+Settings (a learning rate, a weight scale, a momentum), versions and section numbers
+are recognised by the words before them. An entry of either list that the text no
+longer holds fails too, so the lists cannot rot.
+"""
+import json
+import re
+import shutil
+
+import pytest
+
+import data_parallel as dp
+
+BOOK = dp.repo_root() / 'book'
+CHAPTERS = sorted(BOOK.glob('[0-9][0-9]_*.ipynb'))
+
+# a decimal, a percentage, or "N x"/"Nx" written as a ratio (1.6x); 2 x 3 is arithmetic
+NUMBER = re.compile(r'(?<![\w.])(\d[\d,]*\.\d+(?![\w.])|\d[\d,]*(?:\.\d+)?\s?%'
+                    r'|\d[\d,]*(?:\.\d+)?x(?!\w))')
+SETTING = re.compile(r'(?:learning rate(?: of)?|\blr(?: =)?|rate,|scale|momentum|'
+                     r'PyTorch|d2l|section|address|instead of)\s*$', re.IGNORECASE)
+SKIPPED = [re.compile(p, re.DOTALL) for p in (
+    r'```.*?```',                  # code listings
+    r'\{glue:[a-z]+\}`[^`]*`',     # glued values: updated by every execution
+    r'`[^`]*`',                    # inline code
+    r'\$\$.*?\$\$', r'\$[^$]*\$',  # math
+    r'\]\([^)]*\)',                # link targets
+)]
+
+D2L_RUNS = "d2l's published runs of the Colab notebooks (d2l.ai, section 13.6/13.7)"
+D2L_BUILDS = "d2l's records of 52 builds of 'multiple-gpus-concise'"
+ZERO = 'Rajbhandari et al. (2020), ZeRO, Figure 1'
+# (chapter, the words around the number as the text has them): the source
+CITED = {
+    ('06', 'reached 0.83 on one GPU'): D2L_RUNS,
+    ('06', 'and 0.84 on two'): D2L_RUNS,
+    ('06', 'took 3.0 s per epoch'): D2L_RUNS,
+    ('06', 'and 2.8 s on two'): D2L_RUNS,
+    ('06', 'median speed-up was 1.00'): D2L_BUILDS.replace('multiple-gpus-concise',
+                                                           'multiple-gpus'),
+    ('07', '(3.0 s per epoch'): D2L_RUNS,
+    ('07', '2.8 s on two'): D2L_RUNS,
+    ('07', 'measured 12.2 s per epoch'): D2L_RUNS,
+    ('07', 'and 7.5 s on two'): D2L_RUNS,
+    ('07', 'accuracy of 0.91 on one GPU'): D2L_BUILDS,
+    ('07', 'and 0.73 on two'): D2L_BUILDS,
+    ('07', 'median of 0.86'): D2L_BUILDS,
+    ('07', 'below 0.85 in 25'): D2L_BUILDS,
+    ('08', '(3.0 s per epoch'): D2L_RUNS,
+    ('08', '2.8 s on two)'): D2L_RUNS,
+    ('08', 'took 3.0 s per epoch'): D2L_RUNS,
+    ('08', 'and 2.8 s on two, about'): D2L_RUNS,
+    ('08', 'from 12.2 s to 7.5 s'): D2L_RUNS,
+    ('09', 'about 1.5 times (Rajbhandari'): 'Rajbhandari et al. (2020), section 7',
+    ('09', '120 GB, 31.4 GB, 16.6 GB and 1.9 GB'): ZERO,
+}
+# (chapter, the words around the number): the arithmetic that gives it
+EXACT = {
+    ('01', 'has 1.5 billion'): 'an exercise: the size it asks about',
+    ('01', 'about 90% of'): "LeNet's MACs: 2.0 M of 2.25 M in the second convolution",
+    ('01', 'less than 5% of'): "LeNet's MACs, as above",
+    ('01', 'with about 5%'): "LeNet's MACs, as above",
+    ('01', 'more than about 5%'): "LeNet's MACs, as above",
+    ('01', 'does 95% of'): "LeNet's MACs, as above",
+    ('03', 'rounds 4.5 down'): '(13 - 4) / 2 + 1, the pooling formula',
+    ('03', 'about 2.0 of the 2.25'): "LeNet's MACs, counted from its shapes",
+    ('03', 'rather than 2.3)'): 'log 10, the loss of a uniform guess',
+    ('03', 'about 0.5 MiB'): '129,068 x 4 bytes',
+    ('05', 'about 1.2 % of'): '1/86, from the shard sizes',
+    ('06', 'sit at 0.10, chance'): 'ten classes: chance level',
+    ('06', 'chance level (10 %)'): 'ten classes: chance level',
+    ('06', '79 % of the values'): "W3's share of LeNet's 129,068 parameters",
+    ('07', "LeNet's 0.13 million"): '129,068 parameters',
+    ('08', 'leave the 10 % plateau'): 'ten classes: chance level',
+    ('08', 'are 0.5 MB in all'): '129,068 x 4 bytes',
+    ('08', 'with 11.2 million'): "ResNet-18's parameters, an exercise's setting",
+    ('08', 'bandwidth: 0.1 ms for LeNet'): "exercise 1's formula at 10 GB/s",
+    ('08', 'its 7.5 ms of compute'): "exercise 1's 60 ms divided by k = 8",
+    ('09', '| 1 | 1.5 |'): "the traffic model's table, 2(k - 1)/k at k = 2 and 4",
+    ('09', '| 1.5 | 2.25 |'): "the traffic model's table, 3(k - 1)/k at k = 2 and 4",
+    ('09', 'so it sends 1.5 times'): '3(k - 1)/k over 2(k - 1)/k',
+    ('09', "about 1.5 times DP's"): "the model's 3(k - 1)/k over 2(k - 1)/k",
+    ('09', "the model's 1.5 and 2.25"): "3(k - 1)/k at k = 2 and 4",
+    ('09', 'and 1.5 at k = 4'): "an allreduce's 2(k - 1)/k at k = 4",
+    ('09', 'rather than 1.5 times'): "the model's ratio",
+    ('09', "1.5 times DP's traffic"): "the model's ratio",
+    ('09', '7.5-billion-parameter'): "an exercise's setting (the ZeRO paper's model)",
+    ('09', 'that is 0.5 x 4N'): '(k - 1)/k at k = 2',
+    ('09', 'about lr = 0.001'): "Adam's step is bounded by its learning rate",
+    ('02', '0.2 with 512 on two'): "a setting: d2l's learning rate for two GPUs",
+    ('02', 'time it reaches 0.8'): 'a setting: the warm-up\'s final learning rate',
+    ('02', 'Treat 0.8 as'): "a setting: the warm-up's final learning rate",
+    ('06', 'below, 0.8 throws'): 'a setting: the largest learning rate tried',
+}
+
+
+def prose(text):
+    """Markdown with code, math, link targets and glued values blanked out, and every
+    run of white space as one space (so an entry need not know where lines break)."""
+    for pattern in SKIPPED:
+        text = pattern.sub(' ', text)
+    return ' '.join(text.split())
+
+
+def chapter_texts(book=BOOK):
+    """{'NN': [the prose of each Markdown cell]} per chapter; 'intro': the intro's."""
+    texts = {'intro': [prose((book / 'intro.md').read_text())]}
+    for path in sorted(book.glob('[0-9][0-9]_*.ipynb')):
+        cells = json.loads(path.read_text())['cells']
+        texts[path.name[:2]] = [prose(''.join(c['source'])) for c in cells
+                                if c['cell_type'] == 'markdown']
+    return texts
+
+
+def unexplained(texts, cited=CITED, exact=EXACT):
+    """(offenders, as 'chapter: number in context'; list entries the text lacks)."""
+    allowed = {**cited, **exact}
+    used, offenders = set(), []
+    for chapter, cells in texts.items():
+        for text in cells:
+            covered = []  # spans of the text that an entry names
+            for (where, words), _ in allowed.items():
+                if where == chapter:
+                    for m in re.finditer(re.escape(words), text):
+                        covered.append((m.start(), m.end()))
+                        used.add((where, words))
+            for m in NUMBER.finditer(text):
+                if SETTING.search(text[max(0, m.start() - 30):m.start()]):
+                    continue
+                if any(a <= m.start() and m.end() <= b for a, b in covered):
+                    continue
+                context = ' '.join(text[max(0, m.start() - 40):m.end() + 20].split())
+                offenders.append(f'{chapter}: {m.group()!r} in "...{context}..."')
+    return offenders, sorted(set(allowed) - used)
+
+
+def test_every_number_in_the_text_is_glued_or_cited():
+    offenders, unused = unexplained(chapter_texts())
+    assert not offenders, (
+        'numbers in the text that are neither glued nor cited (glue a measured '
+        'value with dp.glue and {glue:text}, or add a cited figure to CITED with '
+        'its source):\n'
+        + '\n'.join(offenders))
+    assert not unused, f'entries the text no longer holds: {unused}'
+
+
+def test_every_allowed_number_says_where_it_comes_from():
+    for entry, source in {**CITED, **EXACT}.items():
+        assert NUMBER.search(entry[1]), entry  # the words name the number they allow
+        assert len(source) > 10, entry
+
+
+@pytest.mark.parametrize('planted, caught', [
+    ('Here one epoch took 1.84 s.', True),         # a decimal
+    ('The loop spent 37 % of the step waiting.', True),  # a percentage
+    ('Two processes were 1.7x as fast.', True),    # a ratio
+    ('It took {glue:text}`epoch_seconds:.2f` s.', False),  # glued: fine
+    ('With learning rate 0.3 it diverged.', False),  # a setting
+])
+def test_a_planted_number_is_caught(planted, caught, tmp_path):
+    # a copy of the book's text, with the sentence planted in a Markdown cell of ch. 7
+    shutil.copy(BOOK / 'intro.md', tmp_path)
+    for path in CHAPTERS:
+        notebook = json.loads(path.read_text())
+        if path.name.startswith('07'):
+            cell = next(c for c in notebook['cells'] if c['cell_type'] == 'markdown')
+            cell['source'] = ''.join(cell['source']) + '\n\n' + planted + '\n'
+        (tmp_path / path.name).write_text(json.dumps(notebook))
+    offenders, _ = unexplained(chapter_texts(tmp_path))
+    assert bool(offenders) == caught, offenders
+    if caught:
+        assert len(offenders) == 1 and offenders[0].startswith('07: '), offenders
