@@ -68,9 +68,17 @@ def read_fashion_mnist(train, root=None):
 
 
 class TensorBatches:
-    """Minibatches (X, y) of in-memory tensors, reshuffled at every pass when asked."""
+    """Minibatches (X, y) of in-memory tensors, reshuffled at every pass when asked.
 
-    def __init__(self, X, y, batch_size, shuffle, seed=0):
+    On a machine with a GPU (pin_memory=None: when CUDA is available) each shuffled
+    batch is gathered straight into pinned (page-locked) memory, from which
+    `.to(device, non_blocking=True)` (split_batch) only queues the copy: the host runs
+    on instead of waiting for it. PyTorch's caching host allocator keeps a pinned block
+    from reuse until the copies queued from it have run (aten/src/ATen/cuda/
+    CachingHostAllocator.h: copy_kernel_cuda records an event for each such copy).
+    """
+
+    def __init__(self, X, y, batch_size, shuffle, seed=0, pin_memory=None):
         if (isinstance(batch_size, bool) or not isinstance(batch_size, int)
                 or batch_size < 1):
             raise ValueError(
@@ -79,6 +87,8 @@ class TensorBatches:
             raise ValueError(f'X holds {len(X)} examples but y holds {len(y)} labels.')
         self.X, self.y, self.batch_size, self.shuffle = X, y, batch_size, shuffle
         self.generator = torch.Generator().manual_seed(seed)
+        self.pin_memory = (torch.cuda.is_available() if pin_memory is None
+                           else pin_memory)
 
     def __len__(self):
         return math.ceil(len(self.X) / self.batch_size)
@@ -92,7 +102,15 @@ class TensorBatches:
         order = torch.randperm(n, generator=self.generator)
         for i in range(0, n, self.batch_size):
             indices = order[i:i + self.batch_size]
-            yield self.X[indices], self.y[indices]
+            yield self._gather(self.X, indices), self._gather(self.y, indices)
+
+    def _gather(self, tensor, indices):
+        """tensor[indices], in pinned memory when asked (one copy, no pageable step)."""
+        if not self.pin_memory:
+            return tensor[indices]
+        out = torch.empty((len(indices), *tensor.shape[1:]), dtype=tensor.dtype,
+                          pin_memory=True)
+        return torch.index_select(tensor, 0, indices, out=out)
 
 
 def load_fashion_mnist(batch_size, root=None, num_train=None, seed=0):

@@ -61,8 +61,13 @@ def split_batch(X, y, devices):
                          f'{len(devices)} examples, or fewer devices.')
     X_shards = torch.tensor_split(X, len(devices))
     y_shards = torch.tensor_split(y, len(devices))
-    return ([shard.to(device) for shard, device in zip(X_shards, devices)],
-            [shard.to(device) for shard, device in zip(y_shards, devices)])
+    # To a GPU from pinned memory (the book's batches on a GPU machine), non_blocking
+    # only queues the copy and the host goes on; the GPU's own queue orders it before
+    # the kernels that read the shard. To the CPU it must block: the host reads it next.
+    return ([shard.to(device, non_blocking=device.type == 'cuda')
+             for shard, device in zip(X_shards, devices)],
+            [shard.to(device, non_blocking=device.type == 'cuda')
+             for shard, device in zip(y_shards, devices)])
 
 
 def sgd(params, lr, batch_size):

@@ -52,3 +52,27 @@ def test_missing_data_offline_fails_fast_with_clear_message(tmp_path):
     assert last.startswith('data_parallel.data.DataUnavailableError: ')
     assert 'MULTIGPU_DATA' in last and 'FashionMNIST' in last
     assert 'urllib' not in result.stderr, 'no traceback from inside the download library'
+
+
+def test_shuffled_batches_are_gathered_into_pinned_memory_for_a_gpu(monkeypatch):
+    """With pin_memory (the default where CUDA is available) every shuffled batch is
+    allocated pinned, so that split_batch's non_blocking copy to a GPU is queued; the
+    values are those of plain indexing. (Pinning needs CUDA: the allocation is recorded,
+    not made, here.)"""
+    X, y = torch.arange(30.).view(10, 3), torch.arange(10)
+    pinned, real_empty = [], torch.empty
+
+    def empty(*shape, pin_memory=False, **kwargs):
+        pinned.append(pin_memory)
+        return real_empty(*shape, **kwargs)
+    monkeypatch.setattr(torch, 'empty', empty)
+    plain = list(dp.TensorBatches(X, y, 4, shuffle=True, pin_memory=False))
+    assert pinned == []
+    batches = list(dp.TensorBatches(X, y, 4, shuffle=True, pin_memory=True))
+    assert pinned == [True] * 6  # X and y of 3 batches
+    for (Xb, yb), (Xp, yp) in zip(batches, plain):
+        assert torch.equal(Xb, Xp) and torch.equal(yb, yp)
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    assert dp.TensorBatches(X, y, 4, shuffle=True).pin_memory  # a GPU machine's default
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    assert not dp.TensorBatches(X, y, 4, shuffle=True).pin_memory

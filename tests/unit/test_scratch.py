@@ -120,3 +120,17 @@ def test_get_devices_reuses_what_exists(capsys):
     assert len(devices) == 3 and '\n' not in line
     if not torch.cuda.is_available():
         assert devices == [torch.device('cpu')] * 3 and 'No GPU' in line
+
+
+def test_split_batch_queues_copies_to_gpus_and_blocks_for_the_cpu(monkeypatch):
+    """non_blocking only where the consumer is a GPU's queue (no GPU needed: .to is
+    recorded, not run)."""
+    calls = []
+
+    def to(self, device, non_blocking=False):
+        calls.append((str(device), non_blocking))
+        return self
+    monkeypatch.setattr(torch.Tensor, 'to', to)
+    dp.split_batch(torch.zeros(4, 1), torch.zeros(4),
+                   [torch.device('cuda', 0), torch.device('cpu')])
+    assert calls == [('cuda:0', True), ('cpu', False)] * 2  # X's shards, then y's
