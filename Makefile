@@ -1,6 +1,7 @@
 # One command per job; each builds .venv first when it is missing or out of date.
 #   make book     HTML from the stored notebook outputs (strict: warnings are errors)
-#   make test     every test (pytest tests), then nbval re-runs every notebook and compares
+#   make test     every test (pytest tests) and nbval, which re-runs every notebook and
+#                 compares its outputs (make tests and make nbval run each part alone)
 #   make unit     the fast tests only (not marked slow), for the inner loop of a change
 #   make execute  re-run every notebook in place on this machine (refresh stored outputs)
 #   make lab      JupyterLab on the book's folder, to run the chapters yourself
@@ -13,6 +14,17 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
+# Tests and notebooks run JOBS at a time (pytest-xdist; one file per worker, so a file's
+# tests and a notebook's cells stay in order on one kernel). JOBS=1: one at a time.
+JOBS   ?= 2
+XDIST  := $(if $(filter-out 0 1,$(JOBS)),-n $(JOBS) --dist loadfile)
+# Chapters that time nothing and start no job another chapter's checks could see share
+# the machine; every other chapter (those that measure speed or read the process table,
+# and any new chapter until it is listed here) runs alone, in order (see make test).
+SHARED := $(addprefix book/,01_splitting_the_problem.ipynb 02_data_parallelism.ipynb \
+          03_lenet_from_scratch.ipynb 04_data_synchronization.ipynb \
+          05_distributing_data.ipynb 09_sharded_data_parallelism.ipynb)
+ALONE  := $(filter-out $(SHARED),$(sort $(wildcard book/[0-9][0-9]_*.ipynb)))
 
 .PHONY: book test tests unit nbval execute lab reader-copies clean distclean
 
@@ -31,16 +43,33 @@ book: $(STAMP)
 	$(VENV)/bin/jupyter-book build --all -W -n --keep-going .
 	@echo "Open the book: file://$(CURDIR)/_build/html/index.html"
 
-test: tests nbval
+# make test runs two lanes side by side. The chapters that measure speed run alone, in
+# order, at normal priority; beside them, at the lowest priority (nice 19), everything
+# that times nothing: the tests, then the other chapters, JOBS at a time. A timed chapter
+# gets a core back the moment it asks (the scheduler gives a nice-19 process about 1.5 %
+# of a busy core); the other lane soaks up what it leaves idle, e.g. the core chapter 6
+# does not use while it trains on one. Each lane's output prints when the lane ends.
+test: $(STAMP)
+	@$(MAKE) --no-print-directory -j2 --output-sync=target timed-lane untimed-lane
 
+.PHONY: timed-lane untimed-lane
+timed-lane: $(STAMP)
+	$(PY) -m pytest $(NBVAL) $(ALONE)
+
+untimed-lane: $(STAMP)
+	nice -n 19 $(PY) -m pytest $(XDIST) tests
+	nice -n 19 $(PY) -m pytest $(XDIST) $(NBVAL) $(SHARED)
+
+# The same checks one after another, at normal priority.
 tests: $(STAMP)
-	$(PY) -m pytest tests
+	$(PY) -m pytest $(XDIST) tests
 
 unit: $(STAMP)
 	$(PY) -m pytest -m "not slow" tests
 
 nbval: $(STAMP)
-	$(PY) -m pytest $(NBVAL) book
+	$(PY) -m pytest $(XDIST) $(NBVAL) $(SHARED)
+	$(PY) -m pytest $(NBVAL) $(ALONE)
 
 execute: $(STAMP)
 	$(PY) tools/execute_notebooks.py book/[0-9]*.ipynb
@@ -102,7 +131,9 @@ $(CHROMIUM) $(CHROMEDRIVER):
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium chromium-driver
 
 browser-check: book chromium
-	CHROMIUM=$(CHROMIUM) CHROMEDRIVER=$(CHROMEDRIVER) $(PY) -m pytest tests/browser
+	@# pages are independent: spread over JOBS browsers one by one (--dist load)
+	CHROMIUM=$(CHROMIUM) CHROMEDRIVER=$(CHROMEDRIVER) $(PY) -m pytest \
+	  $(if $(XDIST),-n $(JOBS) --dist load) tests/browser
 
 logo:
 	$(PYTHON) tools/make_logo.py book/logo.svg
@@ -139,4 +170,4 @@ gpu-check: $(STAMP)
 .PHONY: mutations
 
 mutations: $(STAMP)
-	MULTIGPU_MUTATIONS=1 $(PY) -m pytest -v tests/mutations/test_mutations.py
+	JOBS=$(JOBS) MULTIGPU_MUTATIONS=1 $(PY) -m pytest -v tests/mutations/test_mutations.py

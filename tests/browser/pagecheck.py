@@ -86,7 +86,8 @@ def chromium(user_data_dir):
         options.add_argument(flag)
     options.set_capability('goog:loggingPrefs', {'browser': 'ALL'})
     service = Service(executable_path=CHROMEDRIVER,
-                      log_output=str(user_data_dir.parent / 'chromedriver.log'))
+                      log_output=str(user_data_dir.with_name(
+                          user_data_dir.name + '.chromedriver.log')))
     driver = webdriver.Chrome(service=service, options=options)
     try:
         driver.set_page_load_timeout(PAGE_TIMEOUT_S)

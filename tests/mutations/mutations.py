@@ -13,9 +13,10 @@ Two kinds of check run on the mutated copy:
 - the unit tests of the mutated module (pytest);
 - the chapters' own checks, with nbval as `make nbval` runs it, on a selection of code
   cells (`select_cells`): whole chapters would take many minutes each.
-`run` also runs every selection on the unmutated copy: a control that must pass, or a
+`tasks` of the unmutated copy are the control: they must pass, or a
 failure under a mutation proves nothing.
 """
+import functools
 import json
 import os
 import re
@@ -24,8 +25,10 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ElementTree
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import data_parallel as dp
 
@@ -98,7 +101,7 @@ MUTATIONS = [
              'for step in range(k - 2):  # reduce-scatter',
              ('tests/unit/test_performance.py',), (CH8,)),
     Mutation('f-flat-serial-path-one-device',
-             'train_batch_flat without a pool runs forward and backward on device 0 only',
+             'train_batch_flat without a pool: forward and backward on device 0 only',
              'performance.py',
              'for X_shard, y_shard, replica in zip(X_shards, y_shards, replicas):\n'
              '            forward_backward(X_shard, y_shard, replica)\n'
@@ -110,10 +113,11 @@ MUTATIONS = [
     Mutation('g-cost-model-without-communication',
              'step_seconds drops the allreduce term: compute alone',
              'performance.py',
-             'return compute_seconds + allreduce_seconds(num_values, k, bytes_per_second)',
+             'return compute_seconds + '
+             'allreduce_seconds(num_values, k, bytes_per_second)',
              'return compute_seconds', ('tests/unit/test_performance.py',), (CH8,)),
     Mutation('h-cost-model-star-traffic',
-             "allreduce_seconds charges the star's 2(k - 1)N, not the ring's 2(k - 1)/k N",
+             "allreduce_seconds: the star's 2(k - 1)N, not the ring's 2(k - 1)/k N",
              'performance.py',
              'return 2 * (k - 1) / k * num_values * bytes_per_value / bytes_per_second',
              'return 2 * (k - 1) * num_values * bytes_per_value / bytes_per_second',
@@ -121,26 +125,28 @@ MUTATIONS = [
     Mutation('i-zero1-skips-all-gather',
              'zero1_step updates its own shard and never all-gathers the parameters',
              'sharding.py',
-             '    ring_all_gather(replica.data)  # every rank again holds all parameters\n',
+             '    ring_all_gather(replica.data)  '
+             '# every rank again holds all parameters\n',
              '', (ZERO1_TEST,), (CH9,)),
     Mutation('j-zero1-per-rank-divisor',
              "the ZeRO-1 job divides the summed gradient by the rank's batch, not the "
              'full one',
              'jobs/shard_workers.py',
              'sharding.zero1_step(replica, momentum, args.lr, args.batch_size,',
-             'sharding.zero1_step(replica, momentum, args.lr,\n'
-             '                                args.batch_size // dist.get_world_size(),',
+             'sharding.zero1_step(replica, momentum, args.lr,\n' + ' ' * 32
+             + 'args.batch_size // dist.get_world_size(),',
              (ZERO1_TEST,), (CH9,), saved=False),
     Mutation('k-fsdp-built-as-ddp',
              "the `fsdp` variant is built as DDP: every rank keeps everything",
              'jobs/shard_workers.py', "    if impl == 'fsdp':\n",
              "    if impl == 'fully sharded':\n",
-             (SHARD_JOBS + 'test_fsdp2_memory_per_rank_falls_as_one_over_k[2]',), (CH9,),
-             saved=False),
+             (SHARD_JOBS + 'test_fsdp2_memory_per_rank_falls_as_one_over_k[2]',),
+             (CH9,), saved=False),
     Mutation('l-resume-loads-nothing',
              'load_snapshot finds the snapshot and reads nothing from it',
              'jobs/shard_workers.py',
-             'dcp.load(state, checkpoint_id=path)  # each rank reads the shards it owns',
+             'dcp.load(state, checkpoint_id=path)  '
+             '# each rank reads the shards it owns',
              'pass  # the snapshot is never read',
              (SHARD_JOBS + 'test_killed_fsdp2_job_resumes_from_dcp_and_equals_an_'
               'uninterrupted_run',), (CH9,), saved=False),
@@ -148,7 +154,8 @@ MUTATIONS = [
              'ring_all_gather zeroes the other shards and allreduces the whole tensor: '
              'right values, twice the bytes',
              'collectives.py',
-             '    for step in range(k - 1):  # pass on what arrived in the previous hop\n'
+             '    for step in range(k - 1):  '
+             '# pass on what arrived in the previous hop\n'
              '        send, recv = chunks[(rank - step) % k], '
              'chunks[(rank - step - 1) % k]\n',
              '    for i, chunk in enumerate(chunks):\n'
@@ -165,6 +172,9 @@ MUTATIONS = [
              'fully_shard(block, mesh=mesh, reshard_after_forward=False)',
              (SHARD_JOBS + 'test_socket_bytes_follow_the_ring',), (CH9,), saved=False),
 ]
+
+# Selections that measure time (chapter 8's allreduce timings): run alone, after the rest.
+ALONE = (CH8,)
 
 # Which code cells of a chapter hold its checks. None: the whole chapter (it is quick).
 # A list of needles: the chapter's setup, its #@save cells and, for each needle, the
@@ -371,7 +381,8 @@ def pytest_run(root, args, place, stop_first=False, timeout=1200):
             f'    sys.exit({PROBE_FAILED})\n'
             'sys.exit(pytest.main(sys.argv[1:]))\n')
     command = [sys.executable, '-c', code, '-q', '-p', 'no:cacheprovider',
-               f'--junitxml={report}', *(['-x'] if stop_first else []), *args]
+               f'--junitxml={report}', f'--basetemp={root / f"tmp-{place}"}',
+               *(['-x'] if stop_first else []), *args]
     start = time.monotonic()
     done = subprocess.run(command, cwd=root, env=environment(root), capture_output=True,
                           text=True, timeout=timeout)
@@ -399,22 +410,60 @@ def run_chapter(root, chapter, origins, stop_first):
     return outcome
 
 
-def run(folder, mutation=None, unit=None, chapters=None):
-    """Outcomes of the unit tests and the chapters' checks on a (mutated) copy.
+@dataclass
+class Task:
+    """One check of one copy, to run when a worker is free: () -> Outcome."""
+    label: str  # 'control' or the mutation's name
+    chapter: str  # '' for the unit tests
+    call: Callable
 
-    Without a mutation, this is the control: every check must pass. A mutated run stops
-    each chapter at its first failing cell (-x); the unit tests run in full, to name
-    every test that notices.
+
+def tasks(folder, mutation=None, unit=None, chapters=None):
+    """The checks of one (mutated) copy: its unit tests and each chapter's selection.
+
+    Without a mutation, this is the control: every check must pass. A mutated copy's
+    checks stop at their first failure (-x): one failure is enough to call it caught.
     """
     unit = unit or mutation.unit
     chapters = chapters or mutation.chapters
     root = make_copy(folder, mutation)
     origins = write_chapters(root, chapters, mutation)
-    outcomes = [pytest_run(root, list(unit), 'unit')]
-    outcomes[0].place = 'unit tests'
     stop_first = mutation is not None
-    for chapter in chapters:
-        outcomes.append(run_chapter(root, chapter, origins[chapter], stop_first))
+    label = mutation.name if mutation else 'control'
+    found = [Task(label, '', functools.partial(unit_run, root, unit, stop_first))]
+    found += [Task(label, chapter, functools.partial(run_chapter, root, chapter,
+                                                     origins[chapter], stop_first))
+              for chapter in chapters]
+    return found
+
+
+def unit_run(root, unit, stop_first):
+    """The unit tests of the mutated module on the copy; Outcome."""
+    outcome = pytest_run(root, list(unit), 'unit', stop_first)
+    outcome.place = 'unit tests'
+    return outcome
+
+
+def run_all(all_tasks, workers=2, report=lambda task, outcome: None):
+    """{(label, place): Outcome} of every task, `workers` at a time.
+
+    Selections of the chapters in ALONE measure time: they run one by one after all the
+    others, with the machine to themselves. report(task, outcome) is called as each ends.
+    """
+    shared = [t for t in all_tasks if t.chapter not in ALONE]
+    alone = [t for t in all_tasks if t.chapter in ALONE]
+    outcomes = {}
+
+    def finish(task, outcome):
+        outcomes[task.label, outcome.place] = outcome
+        report(task, outcome)
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        running = {pool.submit(t.call): t for t in shared}
+        for future in as_completed(running):
+            finish(running[future], future.result())
+    for task in alone:
+        finish(task, task.call())
     return outcomes
 
 

@@ -18,6 +18,7 @@ SLOW = pytest.mark.skipif(not os.environ.get('MULTIGPU_MUTATIONS'),
                           reason='takes minutes: run it with `make mutations`')
 UNIT = sorted({path for m in mu.MUTATIONS for path in m.unit})
 CHAPTERS = sorted({chapter for m in mu.MUTATIONS for chapter in m.chapters})
+BY_NAME = {m.name: m for m in mu.MUTATIONS}
 
 
 def test_mutations_and_selections_still_apply():
@@ -58,46 +59,61 @@ def show(config, lines):
                 print(line)
 
 
-def rows(title, outcomes, expected_to_fail):
-    """The matrix lines of one run: a title, then one line per check."""
-    total = sum(o.seconds for o in outcomes)
-    return [f'  {title}  [{total:.0f} s]',
-            *(mu.describe(o, expected_to_fail) for o in outcomes)]
+def title(label):
+    """The matrix title of a copy: the control, or the mutation and its bug."""
+    if label == 'control':
+        return 'control: the unmutated copy'
+    return f'{label}: {BY_NAME[label].bug}'
 
 
 @pytest.fixture(scope='module')
-def matrix(request):
-    """Collects every run's lines; prints the whole matrix once all have run."""
-    lines = []
-    yield lines
-    show(request.config, ['', 'mutation matrix (caught: that check failed on the '
-                          'mutated copy; s: seconds it took)', *lines])
+def outcomes(tmp_path_factory, request):
+    """{(label, place): Outcome} of the control and every mutation, run together.
+
+    Every check of every copy is one task; JOBS (default 2) run at a time, and the
+    selections that measure time run alone at the end (mutations.ALONE). Each finished
+    check prints its line at once; the whole matrix, in order, prints at the end.
+    """
+    workers = int(os.environ.get('JOBS', '2') or 1)
+    found = mu.tasks(tmp_path_factory.mktemp('control'), unit=UNIT, chapters=CHAPTERS)
+    for mutation in mu.MUTATIONS:
+        found += mu.tasks(tmp_path_factory.mktemp(mutation.name), mutation)
+
+    def report(task, outcome):
+        show(request.config, [f'{task.label}: '
+                              + mu.describe(outcome, task.label != 'control').strip()])
+
+    done = mu.run_all(found, workers, report)
+    lines = ['', 'mutation matrix (caught: that check failed on the mutated copy; '
+             's: seconds it took)']
+    for label in ['control', *BY_NAME]:
+        mine = [o for (name, _), o in done.items() if name == label]
+        mine.sort(key=lambda o: (o.place != 'unit tests', o.place))
+        lines += [f'  {title(label)}  [{sum(o.seconds for o in mine):.0f} s]',
+                  *(mu.describe(o, label != 'control') for o in mine)]
+    show(request.config, lines)
+    return done
 
 
-@pytest.fixture(scope='module')
-def control(tmp_path_factory, matrix, request):
-    """{place: outcome} of the unit tests and every chapter's selection, unmutated."""
-    outcomes = mu.run(tmp_path_factory.mktemp('control'), unit=UNIT, chapters=CHAPTERS)
-    matrix += rows('control: the unmutated copy', outcomes, False)
-    show(request.config, ['', *matrix[-len(outcomes) - 1:]])
-    return {o.place: o for o in outcomes}
+def of(done, label):
+    """The outcomes of one copy (control or a mutation)."""
+    return [o for (name, _), o in done.items() if name == label]
 
 
 @SLOW
-def test_unmutated_copy_passes_every_check(control):
+def test_unmutated_copy_passes_every_check(outcomes):
     failed = [f'{o.place} ({", ".join(t for t, _ in o.failures[:3])})'
-              for o in control.values() if o.failed]
+              for o in of(outcomes, 'control') if o.failed]
     assert not failed, f'the unmutated copy fails: {"; ".join(failed)}'
 
 
 @SLOW
 @pytest.mark.parametrize('mutation', mu.MUTATIONS, ids=[m.name for m in mu.MUTATIONS])
-def test_mutation_is_caught(mutation, tmp_path, control, matrix, request):
-    outcomes = mu.run(tmp_path, mutation)
-    matrix += rows(f'{mutation.name}: {mutation.bug}', outcomes, True)
-    show(request.config, ['', *matrix[-len(outcomes) - 1:]])
+def test_mutation_is_caught(mutation, outcomes):
+    control = {o.place: o for o in of(outcomes, 'control')}
     # a check that fails without the mutation too proves nothing about it
     problems = [f'not caught by the {o.place}' if not o.failed else
-                f'the {o.place} fail without it too' for o in outcomes
+                f'the {o.place} fail without it too'
+                for o in of(outcomes, mutation.name)
                 if not o.failed or control[o.place].failed]
     assert not problems, f'{mutation.name} ({mutation.bug}): {"; ".join(problems)}'

@@ -1,0 +1,63 @@
+""".ci/run: each stage's time printed, and one clear line when the run outgrows its budget.
+
+`make` is replaced by a stand-in on PATH that sleeps for the stage named in FAKE_SLOW
+and logs the targets it was asked for, so the guard is tested in seconds.
+"""
+import os
+import subprocess
+import time
+
+import pytest
+
+import data_parallel as dp
+
+ROOT = dp.repo_root()
+
+FAKE_MAKE = '''#!/usr/bin/env bash
+echo "$@" >> "$FAKE_LOG"
+if [ "$1" = "$FAKE_SLOW" ]; then sleep 30; fi
+[ "$1" != "$FAKE_FAIL" ]
+'''
+
+
+def ci(tmp_path, budget, slow='', fail=''):
+    """Run .ci/run with the stand-in make; (exit code, output, targets asked for)."""
+    (tmp_path / 'bin').mkdir()
+    make = tmp_path / 'bin' / 'make'
+    make.write_text(FAKE_MAKE)
+    make.chmod(0o755)
+    log = tmp_path / 'make.log'
+    env = dict(os.environ, PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}",
+               CI_BUDGET_S=str(budget), FAKE_LOG=str(log), FAKE_SLOW=slow,
+               FAKE_FAIL=fail, MULTIGPU_DATA=str(tmp_path))
+    done = subprocess.run(['bash', str(ROOT / '.ci' / 'run')], env=env, text=True,
+                          capture_output=True, timeout=120)
+    targets = log.read_text().split('\n')[:-1] if log.exists() else []
+    return done.returncode, done.stdout + done.stderr, targets
+
+
+def test_stages_run_in_order_and_print_their_times(tmp_path):
+    rc, out, targets = ci(tmp_path, budget=600)
+    assert rc == 0, out
+    assert targets == ['.venv/.installed', 'test', 'mutations', 'browser-check']
+    for stage in ('.venv', 'make test', 'make mutations', 'make browser-check'):
+        assert f'ci: {stage} took ' in out, out
+
+
+@pytest.mark.slow
+def test_a_stage_past_the_budget_fails_with_one_line(tmp_path):
+    start = time.monotonic()
+    rc, out, targets = ci(tmp_path, budget=3, slow='test')
+    assert time.monotonic() - start < 20  # stopped at the budget, not after the stage
+    assert rc == 1, out
+    assert targets == ['.venv/.installed', 'test']  # nothing runs after it
+    failed = [line for line in out.splitlines() if 'FAILED' in line]
+    assert failed == ['ci: FAILED: make test ran past the 3 s budget of the whole run; '
+                      'the stage times above show what got slower'], out
+
+
+def test_a_failing_stage_stops_the_run_with_its_exit_code(tmp_path):
+    rc, out, targets = ci(tmp_path, budget=600, fail='mutations')
+    assert rc == 1, out
+    assert targets == ['.venv/.installed', 'test', 'mutations']
+    assert 'FAILED' not in out  # a plain failure is not called a budget overrun
