@@ -60,9 +60,14 @@ class Mutation:
     unit: tuple
     chapters: tuple
     saved: bool = True  # False: a job's code, in no #@save cell (its listing is prose)
+    # {chapter: needles} for a mutation that one part of a chapter's selection catches:
+    # the mutated copy runs only that part (the control still runs the whole selection)
+    checks: tuple = ()
 
 
 SCRATCH_TESTS = ('tests/unit/test_scratch.py',)
+# each mutation of performance.py and collectives.py runs the one test that checks it
+PERF_TESTS = 'tests/unit/test_performance.py::'
 CH4, CH5, CH6 = ('04_data_synchronization.ipynb', '05_distributing_data.ipynb',
                  '06_training.ipynb')
 CH8 = '08_where_the_time_goes.ipynb'
@@ -99,7 +104,7 @@ MUTATIONS = [
              'ring_allreduce: reduce-scatter takes k - 2 hops instead of k - 1',
              'collectives.py', 'for step in range(k - 1):  # reduce-scatter',
              'for step in range(k - 2):  # reduce-scatter',
-             ('tests/unit/test_performance.py',), (CH8,)),
+             (PERF_TESTS + 'test_ring_and_star_equal_torch_all_reduce',), (CH8,)),
     Mutation('f-flat-serial-path-one-device',
              'train_batch_flat without a pool: forward and backward on device 0 only',
              'performance.py',
@@ -109,19 +114,19 @@ MUTATIONS = [
              'for X_shard, y_shard, replica in zip(X_shards, y_shards, replicas[:1]):\n'
              '            forward_backward(X_shard, y_shard, replica)\n'
              '    else:  # one thread per device: the devices work at the same time',
-             ('tests/unit/test_performance.py',), (CH8,)),
+             (PERF_TESTS + 'test_flat_trainer_matches_train_batch',), (CH8,)),
     Mutation('g-cost-model-without-communication',
              'step_seconds drops the allreduce term: compute alone',
              'performance.py',
              'return compute_seconds + '
              'allreduce_seconds(num_values, k, bytes_per_second)',
-             'return compute_seconds', ('tests/unit/test_performance.py',), (CH8,)),
+             'return compute_seconds', (PERF_TESTS + 'test_cost_model',), (CH8,)),
     Mutation('h-cost-model-star-traffic',
              "allreduce_seconds: the star's 2(k - 1)N, not the ring's 2(k - 1)/k N",
              'performance.py',
              'return 2 * (k - 1) / k * num_values * bytes_per_value / bytes_per_second',
              'return 2 * (k - 1) * num_values * bytes_per_value / bytes_per_second',
-             ('tests/unit/test_performance.py',), (CH8,)),
+             (PERF_TESTS + 'test_cost_model',), (CH8,)),
     Mutation('i-zero1-skips-all-gather',
              'zero1_step updates its own shard and never all-gathers the parameters',
              'sharding.py',
@@ -141,7 +146,8 @@ MUTATIONS = [
              'jobs/shard_workers.py', "    if impl == 'fsdp':\n",
              "    if impl == 'fully sharded':\n",
              (SHARD_JOBS + 'test_fsdp2_memory_per_rank_falls_as_one_over_k[2]',),
-             (CH9,), saved=False),
+             (CH9,), saved=False,
+             checks=((CH9, ['jobs_env = ', 'train_runs = {k: launch.run(']),)),
     Mutation('l-resume-loads-nothing',
              'load_snapshot finds the snapshot and reads nothing from it',
              'jobs/shard_workers.py',
@@ -149,7 +155,8 @@ MUTATIONS = [
              '# each rank reads the shards it owns',
              'pass  # the snapshot is never read',
              (SHARD_JOBS + 'test_killed_fsdp2_job_resumes_from_dcp_and_equals_an_'
-              'uninterrupted_run',), (CH9,), saved=False),
+              'uninterrupted_run',), (CH9,), saved=False,
+             checks=((CH9, ['jobs_env = ', "'--fail-at-step'"]),)),
     Mutation('m-all-gather-as-allreduce',
              'ring_all_gather zeroes the other shards and allreduces the whole tensor: '
              'right values, twice the bytes',
@@ -320,8 +327,10 @@ def write_chapters(root, chapters, mutation=None):
         if chapter not in notebooks:
             raise HarnessError(f'no chapter {chapter} in book/: '
                                'update tests/mutations/mutations.py')
-        notebook, origins[chapter] = trimmed(
-            notebooks[chapter], CHAPTER_CHECKS[chapter], book / 'data_parallel')
+        needles = dict(mutation.checks if mutation else ()).get(
+            chapter, CHAPTER_CHECKS[chapter])
+        notebook, origins[chapter] = trimmed(notebooks[chapter], needles,
+                                             book / 'data_parallel')
         write_notebook(book / chapter, notebook)
     return origins
 

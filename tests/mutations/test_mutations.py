@@ -32,6 +32,9 @@ def test_mutations_and_selections_still_apply():
         text = module.read_text()
         assert mu.mutate_text(text, mutation, module.name) != text  # raises if rotted
         mu.mutate_chapters(json.loads(json.dumps(notebooks)), mutation)  # a deep copy
+        for chapter, needles in mutation.checks:  # its own part of a chapter
+            assert chapter in mutation.chapters, (mutation.name, chapter)
+            assert mu.select_cells(notebooks[chapter]['cells'], needles)
 
 
 def test_selection_rejects_a_needle_that_matches_nothing():
