@@ -43,24 +43,11 @@ book: $(STAMP)
 	$(VENV)/bin/jupyter-book build --all -W -n --keep-going .
 	@echo "Open the book: file://$(CURDIR)/_build/html/index.html"
 
-# make test runs two lanes side by side. The chapters that measure speed run alone, in
-# order, at normal priority; beside them, at the lowest priority (nice 19), everything
-# that times nothing: the tests, then the other chapters, JOBS at a time. A timed chapter
-# gets a core back the moment it asks (the scheduler gives a nice-19 process about 1.5 %
-# of a busy core); the other lane soaks up what it leaves idle, e.g. the core chapter 6
-# does not use while it trains on one. Each lane's output prints when the lane ends.
-test: $(STAMP)
-	@$(MAKE) --no-print-directory -j2 --output-sync=target timed-lane untimed-lane
+# make test: the tests, then the chapters that time nothing, JOBS at a time; then the
+# chapters that measure speed, alone and in order (anything beside them slows one side of
+# a speed-up: measured, a nice-19 lane beside chapter 6 still made it 1.5x slower).
+test: tests nbval
 
-.PHONY: timed-lane untimed-lane
-timed-lane: $(STAMP)
-	$(PY) -m pytest $(NBVAL) $(ALONE)
-
-untimed-lane: $(STAMP)
-	nice -n 19 $(PY) -m pytest $(XDIST) tests
-	nice -n 19 $(PY) -m pytest $(XDIST) $(NBVAL) $(SHARED)
-
-# The same checks one after another, at normal priority.
 tests: $(STAMP)
 	$(PY) -m pytest $(XDIST) tests
 
