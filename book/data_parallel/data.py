@@ -1,10 +1,14 @@
 """Fashion-MNIST: read once into memory, cut into minibatches; the per-image loader."""
 import contextlib
+import hashlib
+import json
 import math
+import os
 import socket
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 import torchvision
 
 from .paths import DATA_ENV, data_root
@@ -31,17 +35,80 @@ _FILES = {True: (('train-images-idx3-ubyte', 16 + 60_000 * 784),
                  ('train-labels-idx1-ubyte', 8 + 60_000)),
           False: (('t10k-images-idx3-ubyte', 16 + 10_000 * 784),
                   ('t10k-labels-idx1-ubyte', 8 + 10_000))}
+TRAIN_SIZE = 60_000
+"""Examples in Fashion-MNIST's training set: the largest global batch a job can take."""
+
+# MD5 of each file as torchvision leaves it: the decompressed .gz archive whose MD5
+# torchvision publishes (FashionMNIST.resources in torchvision/datasets/mnist.py) and
+# checks when it downloads; torchvision never checks the decompressed files again.
+_MD5 = {'train-images-idx3-ubyte': '66f0043fc0797d889438347ff2e63854',
+        'train-labels-idx1-ubyte': '9018921c3c673c538a1fc5bad174d6f9',
+        't10k-images-idx3-ubyte': '647a0e6355d3f0d44af3224f6aba1076',
+        't10k-labels-idx1-ubyte': '15d484375f8d13e6eb1aabb0c3f46965'}
+_STAMP = '.md5-checked.json'  # in the raw folder: files already checked, by size+mtime
+_checked = set()  # (path, size, mtime) checked in this process, when no stamp is kept
+
+
+def _damaged(path, what):
+    """DataUnavailableError for a damaged data file: delete it or copy an intact one."""
+    return DataUnavailableError(
+        f'{path} is damaged: {what}. '
+        'Delete it to download it again, or copy an intact one there.')
+
+
+def _fingerprint(path):
+    """(size, modification time in ns): a changed file gets a new one."""
+    stat = path.stat()
+    return [stat.st_size, stat.st_mtime_ns]
+
+
+def _read_stamp(raw):
+    """{file name: fingerprint} of the files checked before, from the stamp file."""
+    try:
+        return json.loads((raw / _STAMP).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_stamp(raw, stamp):
+    """Keep the stamp for the next process; a read-only folder keeps none."""
+    if not raw.stat().st_mode & 0o200:  # marked read-only: even root leaves it as is
+        return
+    tmp = raw / f'{_STAMP}.{os.getpid()}.tmp'
+    try:
+        tmp.write_text(json.dumps(stamp))
+        os.replace(tmp, raw / _STAMP)  # atomic: ranks that write at once do not tear it
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def _check_md5(raw, train):
+    """Raise for a file whose MD5 is wrong; a file is hashed once, until it changes."""
+    stamp, new = _read_stamp(raw), False
+    for name, _ in _FILES[train]:
+        path = raw / name
+        if not path.is_file():
+            continue
+        mark = _fingerprint(path)
+        if stamp.get(name) == mark or (str(path), *mark) in _checked:
+            continue
+        with open(path, 'rb') as f:
+            md5 = hashlib.file_digest(f, 'md5').hexdigest()
+        if md5 != _MD5[name]:
+            raise _damaged(path, f'its MD5 is {md5} instead of {_MD5[name]}')
+        stamp[name], new = mark, True
+        _checked.add((str(path), *mark))
+    if new:
+        _write_stamp(raw, stamp)
 
 
 def _check_files(raw, train):
-    """Raise DataUnavailableError naming a file that is there but has the wrong size."""
+    """Raise DataUnavailableError naming a file that is there but damaged."""
     for name, size in _FILES[train]:
         path = raw / name
         if path.is_file() and path.stat().st_size != size:
-            raise DataUnavailableError(
-                f'{path} is damaged: {path.stat().st_size:,} bytes '
-                f'instead of {size:,}. '
-                'Delete it to download it again, or copy an intact one there.')
+            raise _damaged(path, f'{path.stat().st_size:,} bytes instead of {size:,}')
+    _check_md5(raw, train)
 
 
 def read_fashion_mnist(train, root=None):
@@ -51,11 +118,16 @@ def read_fashion_mnist(train, root=None):
             f'train={train!r}: pass True (training set) or False (test set).')
     root = Path(root) if root is not None else data_root()
     _check_files(root / 'FashionMNIST' / 'raw', train)
+    made = [f for f in (root, root / 'FashionMNIST', root / 'FashionMNIST' / 'raw')
+            if not f.exists()]  # torchvision makes them before it downloads
     try:
         with _socket_timeout(8):  # 2 mirrors x 8 s: a clear error well within 30 s
             dataset = torchvision.datasets.FashionMNIST(root, train=train,
                                                         download=True)
     except (RuntimeError, OSError) as error:
+        for folder in reversed(made):  # a failed download leaves no empty folder
+            with contextlib.suppress(OSError):
+                folder.rmdir()
         reason = (str(error).strip().splitlines()[-1] if str(error).strip()
                   else repr(error))
         raise DataUnavailableError(
@@ -65,6 +137,22 @@ def read_fashion_mnist(train, root=None):
             'or run once with internet access.') from None
     # Same values as transforms.ToTensor(), without a PIL round trip per image.
     return dataset.data.unsqueeze(1).float().div_(255), dataset.targets
+
+
+def read_in_job():
+    """Training and test tensors in a torchrun job; local rank 0 reads them first.
+
+    The other processes of the machine wait at a barrier until it is done, so that only
+    one of them downloads and extracts the files (torchvision writes them in place).
+    """
+    first = int(os.environ.get('LOCAL_RANK', 0)) == 0
+    if not first:
+        dist.barrier()  # wait until local rank 0 has the files
+    try:
+        return (*read_fashion_mnist(True), *read_fashion_mnist(False))
+    finally:
+        if first:  # also when it failed: the others then fail with the same line
+            dist.barrier()
 
 
 class TensorBatches:

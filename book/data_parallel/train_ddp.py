@@ -148,12 +148,7 @@ def load_snapshot(path):
 
 def read_data(num_train, num_test):
     """Training and test tensors; local rank 0 downloads them first if need be."""
-    if int(os.environ['LOCAL_RANK']) != 0:
-        dist.barrier()  # wait until local rank 0 has the files
-    X, y = data.read_fashion_mnist(True)
-    X_test, y_test = data.read_fashion_mnist(False)
-    if int(os.environ['LOCAL_RANK']) == 0:
-        dist.barrier()
+    X, y, X_test, y_test = data.read_in_job()
     return X[:num_train], y[:num_train], X_test[:num_test], y_test[:num_test]
 
 

@@ -29,7 +29,7 @@ from torch import nn
 
 from .. import collectives, devices, scratch
 from ..cli import at_least, positive_float
-from ..data import read_fashion_mnist
+from ..data import TRAIN_SIZE, read_in_job
 from ..models import LeNet
 from ..performance import FlatParams
 from .measure import check_exact, local_batches, run_mode, say, timed
@@ -114,7 +114,7 @@ def make_step(impl, device, batch_size, lr):
 
 def train(args, device):
     world_size = dist.get_world_size()
-    X, y = read_fashion_mnist(True)
+    X, y, _, _ = read_in_job()  # local rank 0 first
     results = []
     for batch_size in args.batch_size:
         batches = local_batches(X, y, batch_size, args.warmup + args.steps, device)

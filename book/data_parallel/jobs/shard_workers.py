@@ -38,7 +38,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .. import collectives, devices, scratch, sharding
 from ..cli import at_least, positive_float
-from ..data import read_fashion_mnist
+from ..data import TRAIN_SIZE, read_in_job
 from ..models import LeNet, mlp
 from ..performance import FlatParams
 from .measure import (check_batch, check_exact, every_rank, local_batches,
@@ -59,7 +59,7 @@ def check_collectives(device):
 def zero1(args, device):
     check_batch(args.batch_size)
     check_collectives(device)
-    X, y = read_fashion_mnist(True)
+    X, y, _, _ = read_in_job()  # local rank 0 first
     batches = local_batches(X, y, args.batch_size, args.steps, device)
 
     model = LeNet().to(device)  # as the DDP program trains it: torch.optim.SGD
@@ -183,7 +183,7 @@ def train(args, device):
     check_batch(args.batch_size)
     if args.snapshot and args.impls != ['fsdp']:
         raise SystemExit('--snapshot works with --impls fsdp alone.')
-    X, y = read_fashion_mnist(True)
+    X, y, _, _ = read_in_job()  # local rank 0 first
     batches = local_batches(X, y, args.batch_size, args.steps, device)
     loss_fn = nn.CrossEntropyLoss()
     record = {'world_size': dist.get_world_size(), 'backend': dist.get_backend(), 'optimizer': args.optimizer,
