@@ -226,9 +226,8 @@ def report(args, history, start_epoch, device, num_examples):
 
 # --- Command line ------------------------------------------------------------------
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog='torchrun ... -m data_parallel.train_ddp',
-                                     description=__doc__.splitlines()[0])
+def parse_args(argv=None, prog='torchrun ... -m data_parallel.train_ddp'):
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument('--model', choices=['lenet', 'resnet18'], default='lenet')
     parser.add_argument('--epochs', type=at_least(1, int), default=10)
     parser.add_argument('--batch-size', type=at_least(1, int), default=256,

@@ -64,7 +64,7 @@ def local_batches(X, y, batch_size, steps, device):
     rank, world_size = dist.get_rank(), dist.get_world_size()
     out = []
     for i in range(steps):
-        start = (i * batch_size) % (len(X) - batch_size)
+        start = (i * batch_size) % max(len(X) - batch_size, 1)  # all of X: start 0
         X_b, y_b = X[start:start + batch_size], y[start:start + batch_size]
         X_r = torch.tensor_split(X_b, world_size)[rank]
         y_r = torch.tensor_split(y_b, world_size)[rank]

@@ -224,7 +224,7 @@ def parse_args(argv=None):
         description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest='mode', required=True)
     z = sub.add_parser('zero1')
-    z.add_argument('--batch-size', type=at_least(1, int), default=240,
+    z.add_argument('--batch-size', type=at_least(1, int, TRAIN_SIZE), default=240,
                    help='global minibatch, split evenly over all processes')
     z.add_argument('--steps', type=at_least(1, int), default=3)
     z.add_argument('--lr', type=positive_float, default=0.1)
@@ -233,7 +233,7 @@ def parse_args(argv=None):
     t.add_argument('--impls', nargs='+', default=['ddp', 'zero', 'fsdp'],
                    choices=['ddp', 'zero', 'fsdp'])
     t.add_argument('--optimizer', choices=['adam', 'momentum'], default='adam')
-    t.add_argument('--batch-size', type=at_least(1, int), default=240,
+    t.add_argument('--batch-size', type=at_least(1, int, TRAIN_SIZE), default=240,
                    help='global minibatch, split evenly over all processes')
     t.add_argument('--steps', type=at_least(1, int), default=3)
     t.add_argument('--lr', type=positive_float, default=1e-3)
