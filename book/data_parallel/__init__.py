@@ -7,8 +7,9 @@ layer or those below it; ``tests/repo/test_layout.py`` checks it):
 
 1. machinery: ``paths`` (repository, data and results folders), ``cli`` (checks on
    command-line values), ``results`` (a job's ``RESULT <json>`` line, results a chapter
-   leaves for a later one), ``devices`` (the book's one device policy, a process's
-   ``setup``, synchronising, timing), ``data`` (Fashion-MNIST in memory, the article's
+   leaves for a later one), ``files`` (crash-safe files, output paths checked early),
+   ``devices`` (the book's one device policy, a process's ``setup``, synchronising,
+   timing), ``data`` (Fashion-MNIST in memory, the article's
    per-image loader), ``launch`` (torchrun jobs from a notebook or a test);
 2. taught code, the ``#@save`` mirrors: ``scratch`` (the article's code, LeNet to the
    data-parallel trainer), ``collectives`` (star and ring allreduce, reduce-scatter,

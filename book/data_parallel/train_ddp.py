@@ -34,9 +34,10 @@ To try both "machines" on one GPU host, give each its own GPUs, or NCCL stops wi
 "Duplicate GPU detected": CUDA_VISIBLE_DEVICES=0,1 for node 0 and 2,3 for node 1 (or
 CUDA_VISIBLE_DEVICES= for both, to run on the CPU with gloo); ADDR=127.0.0.1, IFNAME=lo.
 
-With --snapshot, rank 0 saves model, optimiser and epoch after every epoch (atomically,
-as CPU tensors); a restarted job resumes from it. torchrun restarts the whole worker
-group when a worker dies, up to --max-restarts times.
+With --snapshot, rank 0 saves model, optimiser and epoch after every epoch (as CPU
+tensors, atomically and flushed to the disk, the previous snapshot kept as FILE.prev); a
+restarted job resumes from it, or from FILE.prev when FILE is damaged. torchrun restarts
+the whole worker group when a worker dies, up to --max-restarts times.
 """
 import argparse
 import os
@@ -52,7 +53,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import BatchSampler, DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from . import data, devices
+from . import data, devices, files
 from .cli import at_least, positive_float
 from .models import build_model
 from .results import print_result
@@ -104,7 +105,7 @@ def _to_cpu(obj):
 
 
 def save_snapshot(path, model, optimizer, epoch, history):
-    """Write model, optimiser, epochs and history as CPU tensors, atomically."""
+    """Write model, optimiser, epochs and history as CPU tensors, crash-safely."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     snapshot = {'model': model.state_dict(), 'optimizer': optimizer.state_dict(),
@@ -112,7 +113,9 @@ def save_snapshot(path, model, optimizer, epoch, history):
     snapshot = _to_cpu(snapshot)  # loads on any machine, with or without a GPU
     tmp = path.with_name(path.name + '.tmp')
     torch.save(snapshot, tmp)
-    os.replace(tmp, path)  # atomic on POSIX: the old snapshot or the new one, no mix
+    # fsync, then an atomic rename over path; the snapshot it replaces stays as
+    # path.prev, the fallback should the new one ever be found damaged
+    files.commit(tmp, path)
 
 
 def _read_snapshot(path):
@@ -131,11 +134,28 @@ def _read_snapshot(path):
     return snapshot, None
 
 
+def _newest_snapshot(path):
+    """(snapshot, problem): path's, else the one before it (one line says so)."""
+    problem = files.unwritable(path, '--snapshot')  # before training, not after
+    if problem or not path.exists():
+        return None, problem
+    snapshot, problem = _read_snapshot(path)
+    older = files.previous(path)
+    if snapshot is None and older.exists():
+        fallback, _ = _read_snapshot(older)
+        if fallback is not None:
+            files.restore_previous(path)
+            print(f'--snapshot {path} is damaged (kept as {path.name}.damaged): '
+                  f'resuming from {older.name}, the snapshot before it', flush=True)
+            return fallback, None
+    return snapshot, problem
+
+
 def load_snapshot(path):
-    """Rank 0 reads the snapshot (tensors, numbers, lists only) and shares it."""
+    """Rank 0 reads the newest good snapshot (tensors, numbers, lists) and shares it."""
     snapshot, problem = None, None
-    if dist.get_rank() == 0 and path and Path(path).exists():
-        snapshot, problem = _read_snapshot(path)
+    if dist.get_rank() == 0 and path:
+        snapshot, problem = _newest_snapshot(Path(path))
     box = [(snapshot, problem)]
     dist.broadcast_object_list(box, src=0)  # also works when only node 0 has the file
     snapshot, problem = box[0]
@@ -148,7 +168,12 @@ def load_snapshot(path):
 
 def read_data(num_train, num_test):
     """Training and test tensors; local rank 0 downloads them first if need be."""
-    X, y, X_test, y_test = data.read_in_job()
+    if int(os.environ['LOCAL_RANK']) != 0:
+        dist.barrier()  # wait until local rank 0 has the files
+    X, y = data.read_fashion_mnist(True)
+    X_test, y_test = data.read_fashion_mnist(False)
+    if int(os.environ['LOCAL_RANK']) == 0:
+        dist.barrier()
     return X[:num_train], y[:num_train], X_test[:num_test], y_test[:num_test]
 
 
@@ -226,8 +251,9 @@ def report(args, history, start_epoch, device, num_examples):
 
 # --- Command line ------------------------------------------------------------------
 
-def parse_args(argv=None, prog='torchrun ... -m data_parallel.train_ddp'):
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(prog='torchrun ... -m data_parallel.train_ddp',
+                                     description=__doc__.splitlines()[0])
     parser.add_argument('--model', choices=['lenet', 'resnet18'], default='lenet')
     parser.add_argument('--epochs', type=at_least(1, int), default=10)
     parser.add_argument('--batch-size', type=at_least(1, int), default=256,
