@@ -31,9 +31,20 @@ def coalesce_streams(cell):
     cell.outputs = merged
 
 
+def read(path):
+    """The notebook at path; if it is not one, exit with one line (nothing is run)."""
+    try:
+        return nbformat.read(path, as_version=4)
+    except Exception as error:  # NotJSONError, or any of several for JSON of another
+        # shape (AttributeError, TypeError, ValidationError, ...): all mean the same
+        reason = str(error).strip().splitlines()[0][:60] if str(error).strip() else ''
+        sys.exit(f'{path}: not a Jupyter notebook ({type(error).__name__}: {reason}). '
+                 'Pass a .ipynb file saved by Jupyter.')
+
+
 def execute(path):
     """Execute one notebook in place; return the seconds it took."""
-    nb = nbformat.read(path, as_version=4)
+    nb = read(path)
     start = time.perf_counter()
     NotebookClient(nb, timeout=3600, kernel_name='python3', record_timing=False,
                    resources={'metadata': {'path': str(path.parent)}}).execute()

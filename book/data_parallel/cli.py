@@ -1,9 +1,13 @@
-"""Checks on command-line arguments, shared by the programs that torchrun starts."""
+"""Checks on command-line arguments: in the programs that torchrun starts, and in
+launch, which runs a program's own checks before it starts a job (check_arguments)."""
 import argparse
+import contextlib
+import importlib
+import io
 
 
-def at_least(minimum, kind):
-    """An argparse type: a number of the given kind, at least minimum."""
+def at_least(minimum, kind, most=None):
+    """An argparse type: a number of the given kind, at least minimum (at most most)."""
     def parse(text):
         try:
             value = kind(text)
@@ -13,6 +17,8 @@ def at_least(minimum, kind):
         if not value >= minimum or value != value:
             raise argparse.ArgumentTypeError(
                 f'{text} is too small: use at least {minimum}')
+        if most is not None and value > most:
+            raise argparse.ArgumentTypeError(f'{text} is too large: use at most {most}')
         return value
     return parse
 
@@ -26,3 +32,28 @@ def positive_float(text):
     if not 0 < value < float('inf'):
         raise argparse.ArgumentTypeError(f'{text}: use a finite number greater than 0')
     return value
+
+
+class JobArgumentError(ValueError):
+    """Arguments that a job's program would refuse: one line, raised before torchrun."""
+
+    def _render_traceback_(self):  # IPython shows these lines instead of a traceback
+        return [str(self)]
+
+
+def check_arguments(module, module_args):
+    """Raise JobArgumentError with the program's own error line if it refuses the args.
+
+    The program's parse_args runs here, in the caller's process, so that a mistake costs
+    one line and no job: in a worker, torchrun would add its report of the failure.
+    """
+    parse_args = getattr(importlib.import_module(module), 'parse_args', None)
+    if parse_args is None:
+        return
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said), contextlib.redirect_stdout(None):
+            parse_args([str(arg) for arg in module_args])
+    except SystemExit as stop:
+        if stop.code:  # argparse prints usage, then "prog: error: ..." last
+            raise JobArgumentError(said.getvalue().strip().splitlines()[-1]) from None

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 
+from .cli import JobArgumentError, check_arguments  # noqa: F401 (launch's errors)
 from .paths import work_dir
 from .results import read_result
 
@@ -32,8 +33,11 @@ def torchrun_command(module_args=(), world_size=2, max_restarts=0, module=TRAINE
                      script=None):
     """(environment, argv) for torchrun on this machine; --standalone finds a free port.
 
-    torchrun starts `python -m module`, or the file `script` when one is given.
+    torchrun starts `python -m module`, or the file `script` when one is given. The
+    module's arguments are checked first (check_arguments).
     """
+    if script is None:
+        check_arguments(module, module_args)
     # Restarted workers must not reuse the previous attempt's rendezvous store, whose
     # stale addresses make them connect to dead peers (pytorch/pytorch#135712).
     env = {'TORCH_DISABLE_SHARE_RDZV_TCP_STORE': '1'} if max_restarts else {}

@@ -55,6 +55,8 @@ def split_batch(X, y, devices):
     if len(X) != len(y):
         raise ValueError(f'X holds {len(X)} examples but y holds {len(y)} labels: '
                          'pass the features and labels of the same minibatch.')
+    if not devices:
+        raise ValueError('devices=[]: pass one device or more: dp.get_devices(1).')
     if len(X) < len(devices):
         raise ValueError(f'a batch of {len(X)} examples cannot feed '
                          f'{len(devices)} devices: use a batch of at least '

@@ -12,6 +12,9 @@ OPTIMIZER_STATES = {'sgd': 0, 'momentum': 1, 'adam': 2}
 
 def replica_bytes(num_params, optimizer, bytes_per_value=4):
     """Bytes of one replica: parameters, gradients, optimiser state; no activations."""
+    if optimizer not in OPTIMIZER_STATES:
+        raise ValueError(f'optimizer={optimizer!r}: pass one of '
+                         + ', '.join(map(repr, OPTIMIZER_STATES)) + '.')
     states = OPTIMIZER_STATES[optimizer]  # values per parameter: momentum; Adam's m, v
     return {'parameters': num_params * bytes_per_value,
             'gradients': num_params * bytes_per_value,
@@ -20,6 +23,10 @@ def replica_bytes(num_params, optimizer, bytes_per_value=4):
 
 def bytes_per_device(num_params, k, stage, optimizer, bytes_per_value=4):
     """Bytes per device with k-way sharding: stage 0 is DP, 1-3 are ZeRO-1, -2, -3."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f'k={k!r}: pass the number of devices, a whole number >= 1.')
+    if stage not in (0, 1, 2, 3):
+        raise ValueError(f'stage={stage!r}: pass 0 (DP), or 1, 2, 3 (ZeRO-1, -2, -3).')
     full = replica_bytes(num_params, optimizer, bytes_per_value)
     sharded_from = {'optimizer state': 1, 'gradients': 2, 'parameters': 3}
     return sum(size / k if stage >= sharded_from[part] else size

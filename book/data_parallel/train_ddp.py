@@ -168,12 +168,7 @@ def load_snapshot(path):
 
 def read_data(num_train, num_test):
     """Training and test tensors; local rank 0 downloads them first if need be."""
-    if int(os.environ['LOCAL_RANK']) != 0:
-        dist.barrier()  # wait until local rank 0 has the files
-    X, y = data.read_fashion_mnist(True)
-    X_test, y_test = data.read_fashion_mnist(False)
-    if int(os.environ['LOCAL_RANK']) == 0:
-        dist.barrier()
+    X, y, X_test, y_test = data.read_in_job()
     return X[:num_train], y[:num_train], X_test[:num_test], y_test[:num_test]
 
 
@@ -251,9 +246,8 @@ def report(args, history, start_epoch, device, num_examples):
 
 # --- Command line ------------------------------------------------------------------
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog='torchrun ... -m data_parallel.train_ddp',
-                                     description=__doc__.splitlines()[0])
+def parse_args(argv=None, prog='torchrun ... -m data_parallel.train_ddp'):
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument('--model', choices=['lenet', 'resnet18'], default='lenet')
     parser.add_argument('--epochs', type=at_least(1, int), default=10)
     parser.add_argument('--batch-size', type=at_least(1, int), default=256,

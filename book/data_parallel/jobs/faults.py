@@ -39,13 +39,20 @@ class DyingLoader:
             yield batch
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog='torchrun ... -m data_parallel.jobs.faults',
-                                     description=__doc__.splitlines()[0])
+def parse_args(argv=None):
+    """(this module's arguments, train_ddp's), all checked under this module's name."""
+    prog = 'torchrun ... -m data_parallel.jobs.faults'
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument('--fail-in-epoch', type=at_least(1, int), required=True,
                         metavar='EPOCH',
                         help='the last rank dies halfway through EPOCH')
     args, rest = parser.parse_known_args(argv)
+    train_ddp.parse_args(rest, prog)  # an error names this program, not train_ddp
+    return args, rest
+
+
+def main(argv=None):
+    args, rest = parse_args(argv)
     build = train_ddp.shard_loader
 
     def dying_shard_loader(*a, **kw):

@@ -45,11 +45,26 @@ def check_allreduce(device):
                                    collectives.ring_allreduce)], device)
 
 
+def ones_or_exit(n, device, flag):
+    """n ones on device; if any rank lacks the memory, one line (rank 0) and exit."""
+    try:
+        x = torch.ones(n, device=device)
+    except RuntimeError:  # the allocator's error; torch.OutOfMemoryError is one too
+        x = None
+    fits = torch.tensor([x is not None], dtype=torch.int32, device=device)
+    dist.all_reduce(fits, op=dist.ReduceOp.MIN)  # every rank stops, or none does
+    if not fits.item():
+        raise SystemExit(f'{flag}: {n * 4 / 1e9:.3g} GB per process do not fit in '
+                         f'the memory of {device}: use a smaller {flag.split()[0]}.'
+                         if dist.get_rank() == 0 else 1)
+    return x
+
+
 def allreduce(args, device):
     world_size = dist.get_world_size()
     check_allreduce(device)
     n = max(1, round(args.mb * 1e6 / 4))  # values of 4 bytes
-    x = torch.ones(n, device=device)
+    x = ones_or_exit(n, device, f'--mb {args.mb:g}')
     fns = {'star': collectives.star_allreduce, 'ring': collectives.ring_allreduce,
            'torch': dist.all_reduce}
     for fn in fns.values():  # warm up connections and buffers
@@ -154,7 +169,8 @@ def parse_args(argv=None):
     a.add_argument('--mb', type=positive_float, default=25.0)
     a.add_argument('--repeats', type=at_least(1, int), default=5)
     t = sub.add_parser('train')
-    t.add_argument('--batch-size', type=at_least(1, int), nargs='+', default=[256],
+    t.add_argument('--batch-size', type=at_least(1, int, TRAIN_SIZE), nargs='+',
+                   default=[256],
                    help='global minibatch(es), split evenly over all processes')
     t.add_argument('--steps', type=at_least(1, int), default=20)
     t.add_argument('--warmup', type=at_least(0, int), default=3)

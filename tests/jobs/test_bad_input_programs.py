@@ -1,0 +1,106 @@
+"""Bad input to the programs answered in one line (issue 21, item 3; slow: each one
+starts Python with torch, a torchrun job or a kernel).
+
+The case numbers are those of the bad-input table in the reliability findings (§4).
+Each test asserts the exact last line, that nothing before it is a traceback (only
+argparse's usage may come first), and that no file was changed.
+"""
+import os
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+import data_parallel as dp
+from data_parallel import launch
+
+ROOT = dp.repo_root()
+OFFLINE = {'http_proxy': 'http://127.0.0.1:9', 'https_proxy': 'http://127.0.0.1:9'}
+START = 'Start this module with torchrun, for example: torchrun --standalone '
+
+
+def the_one_line(result, before=('usage: ', ' ')):
+    """The last line of stderr; before it, only lines that start as `before` says."""
+    assert 'Traceback' not in result.stderr + result.stdout, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert [line for line in lines[:-1] if not line.startswith(before)] == [], lines
+    return lines[-1]
+
+
+def run(argv, env=None):
+    """Run python argv in the repository's root, without GPUs."""
+    env = {**os.environ, 'CUDA_VISIBLE_DEVICES': '', **(env or {})}
+    return subprocess.run([sys.executable, *argv], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env=env)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('case, argv, code, line', [
+    (5, ['-m', 'data_parallel.train_ddp', '--epochs', '2'], 1,
+     START + '--nproc-per-node=2 -m data_parallel.train_ddp'),
+    (8, ['-m', 'data_parallel.jobs.perf_workers', 'allreduce'], 1,
+     START + '--nproc-per-node=2 -m data_parallel.jobs.perf_workers allreduce'),
+    (11, ['-m', 'data_parallel.jobs.perf_workers'], 2,
+     'torchrun ... -m data_parallel.jobs.perf_workers: error: the following '
+     'arguments are required: mode'),
+    (15, ['tools/benchmark.py', '--repeats', '-1'], 2,
+     'benchmark.py: error: argument --repeats: -1 is too small: use at least 1'),
+    (17, ['tools/gpu_check.py', '--foo'], 2,
+     'gpu_check.py takes no arguments (got --foo): run it as `make gpu-check`.'),
+])
+def test_a_program_refuses_bad_input_in_one_line(case, argv, code, line):
+    result = run(argv)
+    assert result.returncode == code
+    assert the_one_line(result) == line
+
+
+@pytest.mark.slow
+def test_gpu_check_without_a_gpu_says_there_is_nothing_to_check():
+    """Case 18: exit 0 and one line, since no GPU is no error."""
+    result = run(['tools/gpu_check.py'])
+    assert result.returncode == 0 and result.stderr == ''
+    assert result.stdout.strip().splitlines()[-1] == (
+        'No GPU that PyTorch can use (torch.cuda.is_available() is False): '
+        'nothing to check.')
+
+
+@pytest.mark.slow
+def test_benchmark_without_data_offline_says_where_to_put_it(tmp_path):
+    """Case 16: one line naming MULTIGPU_DATA, and no empty folder left behind."""
+    result = run(['tools/benchmark.py'], {'MULTIGPU_DATA': str(tmp_path), **OFFLINE})
+    assert result.returncode == 1
+    assert the_one_line(result) == (
+        f'benchmark: Fashion-MNIST is not in {tmp_path}/FashionMNIST/raw and '
+        'downloading it failed (<urlopen error [Errno 111] Connection refused>). '
+        'Set MULTIGPU_DATA to a folder that holds FashionMNIST/raw/, or run once '
+        'with internet access.')
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_failing_notebook_is_named_and_not_saved(tmp_path):
+    """Case 20: the cell's error in one line; the notebook's file is unchanged."""
+    path = tmp_path / 'fails.ipynb'
+    nbformat.write(nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell('1 / 0')]), path)
+    before = path.read_bytes()
+    result = run([ROOT / 'tools' / 'execute_notebooks.py', path])
+    assert result.returncode == 1
+    # ipykernel's own warning on stderr (a kernel on TCP) may come first
+    assert the_one_line(result, '[IPKernelApp] WARNING') == (
+        f'{path}: not saved, a cell failed with ZeroDivisionError: division by zero')
+    assert path.read_bytes() == before
+
+
+@pytest.mark.slow
+def test_allreduce_of_more_than_memory_stops_in_one_line(fashion_root):
+    """Case 10: --mb 1e9 was the allocator's traceback in every worker."""
+    command = launch.torchrun_command(['allreduce', '--mb', '1e9'], world_size=2,
+                                      module='data_parallel.jobs.perf_workers')
+    with pytest.raises(RuntimeError) as error:
+        launch.launch(command, env={'CUDA_VISIBLE_DEVICES': ''}, timeout=120)
+    assert str(error.value).splitlines() == [
+        'torchrun exited with code 1:',
+        '--mb 1e+09: 1e+06 GB per process do not fit in the memory of cpu: '
+        'use a smaller --mb.']

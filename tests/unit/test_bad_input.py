@@ -1,0 +1,109 @@
+"""Bad input answered in one line, checked where no job starts (issue 21, item 3).
+
+The case numbers are those of the bad-input table in the reliability findings (§4).
+A job's arguments are checked by launch before torchrun starts (cases 1, 6, 7, 9, 14);
+the package's functions raise a ValueError naming the argument (cases 21-24); the
+notebook runner refuses a file that is not a notebook (case 19).
+"""
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import data_parallel as dp
+from data_parallel import launch
+
+ROOT = dp.repo_root()
+DDP = 'torchrun ... -m data_parallel.train_ddp: error: '
+FAULTS = 'torchrun ... -m data_parallel.jobs.faults: error: '
+PERF = 'torchrun ... -m data_parallel.jobs.perf_workers train: error: '
+SHARD = 'torchrun ... -m data_parallel.jobs.shard_workers zero1: error: '
+
+
+@pytest.mark.parametrize('case, module, args, line', [
+    (1, launch.TRAINER, ['--epochs', 0],
+     DDP + 'argument --epochs: 0 is too small: use at least 1'),
+    (6, 'data_parallel.jobs.faults', ['--epochs', 2],
+     FAULTS + 'the following arguments are required: --fail-in-epoch'),
+    (7, 'data_parallel.jobs.faults', ['--fail-in-epoch', 1, '--bogus', 3],
+     FAULTS + 'unrecognized arguments: --bogus 3'),
+    (9, 'data_parallel.jobs.perf_workers', ['train', '--batch-size', 60_001],
+     PERF + 'argument --batch-size: 60001 is too large: use at most 60000'),
+    (14, 'data_parallel.jobs.shard_workers', ['zero1', '--batch-size', 60_001],
+     SHARD + 'argument --batch-size: 60001 is too large: use at most 60000'),
+])
+def test_launch_refuses_bad_job_arguments_in_one_line(case, module, args, line,
+                                                       capsys):
+    with pytest.raises(launch.JobArgumentError) as error:
+        launch.torchrun_command(args, world_size=2, module=module)
+    assert str(error.value) == line
+    assert error.value._render_traceback_() == [line]  # what IPython shows: no traceback
+    assert capsys.readouterr() == ('', '')  # argparse's usage lines were kept back
+
+
+def test_launch_passes_good_job_arguments():
+    _, argv = launch.torchrun_command(['--fail-in-epoch', 1, '--epochs', 2],
+                                      module='data_parallel.jobs.faults')
+    assert argv[-6:] == ['-m', 'data_parallel.jobs.faults', '--fail-in-epoch', '1',
+                         '--epochs', '2']
+    _, argv = launch.torchrun_command(['train', '--batch-size', 60_000],
+                                      module='data_parallel.jobs.perf_workers')
+    assert argv[-3:] == ['train', '--batch-size', '60000']  # all of the data: allowed
+
+
+def test_a_batch_of_the_whole_training_set_has_a_start(monkeypatch):
+    """Case 9 at exactly 60,000: the batches' start was taken modulo 0."""
+    from data_parallel.jobs import measure
+    monkeypatch.setattr(measure.dist, 'get_rank', lambda: 0)
+    monkeypatch.setattr(measure.dist, 'get_world_size', lambda: 2)
+    X, y = torch.arange(12.).view(6, 2), torch.arange(6)
+    batches = measure.local_batches(X, y, 6, 3, torch.device('cpu'))
+    assert [b[1].tolist() for b in batches] == [[0, 1, 2]] * 3
+
+
+@pytest.mark.parametrize('case, call, line', [
+    (21, lambda: dp.split_batch(torch.zeros(4, 1), torch.zeros(4), []),
+     'devices=[]: pass one device or more: dp.get_devices(1).'),
+    (22, lambda: dp.replica_bytes(10, 'sgdm'),
+     "optimizer='sgdm': pass one of 'sgd', 'momentum', 'adam'."),
+    (23, lambda: dp.bytes_per_device(10**9, 0, 1, 'adam'),
+     'k=0: pass the number of devices, a whole number >= 1.'),
+    (23, lambda: dp.bytes_per_device(10**9, 2, 7, 'adam'),
+     'stage=7: pass 0 (DP), or 1, 2, 3 (ZeRO-1, -2, -3).'),
+    (24, lambda: dp.ring_allreduce(torch.zeros(3)),  # torch's own line says what to do
+     'Default process group has not been initialized, please make sure to call '
+     'init_process_group.'),
+])
+def test_functions_name_the_bad_argument_in_one_line(case, call, line):
+    with pytest.raises(ValueError) as error:
+        call()
+    assert str(error.value) == line
+
+
+def test_a_file_that_is_not_a_notebook_gets_one_line(tmp_path):
+    """Case 19: nbformat's NotJSONError was a traceback; the file stays as it was."""
+    path = tmp_path / 'bad.ipynb'
+    path.write_text('not json\n')
+    result = subprocess.run(
+        [sys.executable, ROOT / 'tools' / 'execute_notebooks.py', path],
+        capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and 'Traceback' not in result.stderr
+    assert result.stderr.splitlines() == [
+        f"{path}: not a Jupyter notebook (NotJSONError: Notebook does not appear to be "
+        "JSON: 'not json\\n'). Pass a .ipynb file saved by Jupyter."]
+    assert path.read_text() == 'not json\n'
+
+
+def test_missing_data_offline_says_where_to_put_it(tmp_path, monkeypatch):
+    """Case 25: one line naming MULTIGPU_DATA; the folder is left as it was."""
+    import torchvision
+    monkeypatch.setattr(torchvision.datasets.FashionMNIST, 'mirrors',
+                        ['http://127.0.0.1:9/'])  # a closed port: offline at once
+    with pytest.raises(dp.DataUnavailableError) as error:
+        dp.load_fashion_mnist(64, root=tmp_path)
+    assert str(error.value) == (
+        f'Fashion-MNIST is not in {tmp_path}/FashionMNIST/raw and downloading it '
+        'failed (<urlopen error [Errno 111] Connection refused>). Set MULTIGPU_DATA '
+        'to a folder that holds FashionMNIST/raw/, or run once with internet access.')
+    assert list(tmp_path.iterdir()) == []
