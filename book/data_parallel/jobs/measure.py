@@ -59,6 +59,14 @@ def check_batch(batch_size):
                          f'{world_size} processes: use a multiple of {world_size}.')
 
 
+def rank_0_check(check, *args):
+    """check(*args) on rank 0: its one line (else None) stops every rank."""
+    box = [check(*args) if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    if box[0]:
+        raise SystemExit(box[0] if dist.get_rank() == 0 else 1)
+
+
 def local_batches(X, y, batch_size, steps, device):
     """This process's part of each of `steps` global minibatches, already on device."""
     rank, world_size = dist.get_rank(), dist.get_world_size()

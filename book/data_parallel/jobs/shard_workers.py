@@ -21,6 +21,7 @@ fsdp` saves the sharded model and optimiser with torch.distributed.checkpoint ev
 rank once, on torchrun's first attempt, to test that. Rank 0 prints `RESULT <json>`.
 """
 import argparse
+import json
 import os
 import signal
 from pathlib import Path
@@ -36,14 +37,14 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from .. import collectives, devices, scratch, sharding
+from .. import collectives, devices, files, scratch, sharding
 from ..cli import at_least, positive_float
 from ..data import TRAIN_SIZE, read_in_job
 from ..models import LeNet, mlp
 from ..performance import FlatParams
 from .measure import (check_batch, check_exact, every_rank, local_batches,
-                      max_difference, optimizer_state_bytes, run_mode, tensor_bytes,
-                      timed_steps)
+                      max_difference, optimizer_state_bytes, rank_0_check, run_mode,
+                      tensor_bytes, timed_steps)
 
 
 # --- zero1: the chapter's from-scratch ZeRO-1 ----------------------------------------
@@ -160,11 +161,39 @@ def load_snapshot(path, model, optimizer):
                    optim_state_dict=state['optimizer'])
 
 
+def snapshot_config(args):
+    """The flags a snapshot's state depends on, as a resume must repeat them."""
+    # not the world size: DCP reshards the state when it loads into another one
+    return {'--hidden': args.hidden, '--optimizer': args.optimizer, '--lr': args.lr,
+            '--batch-size': args.batch_size, '--seed': args.seed}
+
+
+def config_problem(path, args):
+    """One line when the snapshot at path is not one this run can continue, or None."""
+    try:
+        saved = json.loads((Path(path) / 'config.json').read_text())
+    except (OSError, ValueError):
+        return (f'--snapshot {path} records no configuration (config.json): pass '
+                'another --snapshot folder to start afresh.')
+    now, step = snapshot_config(args), int(Path(path).name[5:])
+    changed = [f'{key} {saved.get(key)} (this run: {now[key]})' for key in now
+               if saved.get(key) != now[key]]
+    if changed:  # DCP would fail on other shapes, or quietly take the saved lr
+        return (f'--snapshot {path} was taken with {", ".join(changed)}: pass the '
+                'same flags to resume, or another folder to start afresh.')
+    if step > args.steps:  # else it would "resume" and train nothing
+        return (f'--snapshot {path} is past --steps {args.steps}: pass --steps '
+                f'{step} or more to resume, or another folder to start afresh.')
+    return None
+
+
 def train_with_snapshots(step, batches, module, optimizer, args):
     """Resume from the last snapshot, if any, and train; return the step resumed at."""
     folder, start = Path(args.snapshot), 0
+    rank_0_check(files.writable_folder, folder, '--snapshot', folder)  # a folder
     path = latest_snapshot(folder)
     if path:
+        rank_0_check(config_problem, path, args)
         load_snapshot(path, module, optimizer)
         start = int(Path(path).name[5:])
         if dist.get_rank() == 0:
@@ -175,6 +204,10 @@ def train_with_snapshots(step, batches, module, optimizer, args):
             os.kill(os.getpid(), signal.SIGKILL)  # as abruptly as a lost machine
         step(*batches[i])
         if (i + 1) % args.save_every == 0 or i + 1 == args.steps:
+            if dist.get_rank() == 0:  # before .metadata makes the snapshot count
+                (folder / f'step-{i + 1}').mkdir(parents=True, exist_ok=True)
+                files.write_json(folder / f'step-{i + 1}' / 'config.json',
+                                 snapshot_config(args))
             save_snapshot(folder, module, optimizer, i + 1)
     return start
 
