@@ -1,9 +1,9 @@
 """The package's floor plan: layers of modules, imports only downwards, small modules.
 
 Layers, from the bottom (the package docstring says the same in words):
-machinery (paths, cli, results, files, devices, data, launch) < taught code (scratch,
-collectives, performance, sharding) and models < the taught program (train_ddp) <
-figures and jobs. A module may import its own layer and the layers below. Jobs never
+machinery (paths, cli, results, files, devices, data, launch, network) < taught code
+(scratch, collectives, performance, sharding) and models < the taught program
+(train_ddp) < figures and jobs. A module may import its own layer and the layers below. Jobs never
 import another job (their shared kit is jobs.measure) nor the taught program; the one
 exception is jobs.faults, which exists to wrap train_ddp and kill one of its workers.
 """
@@ -19,7 +19,7 @@ PACKAGE = Path(dp.__file__).parent
 ROOT = dp.repo_root()
 LAYERS = {
     'machinery': (0, {'paths', 'cli', 'results', 'files', 'devices', 'data',
-                      'launch'}),
+                      'launch', 'network'}),
     'taught': (1, {'scratch', 'collectives', 'performance', 'sharding', 'models'}),
     'program': (2, {'train_ddp'}),
     'top': (3, {'figures', 'jobs'}),
