@@ -7,6 +7,7 @@ path cannot be written, before a job trains for it.
 """
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -42,7 +43,11 @@ def keep_as(src, dst):
     """Give the file src a second name, dst, in place of dst's file, durably."""
     tmp = Path(dst).with_name(Path(dst).name + '.tmp')
     tmp.unlink(missing_ok=True)
-    os.link(src, tmp)  # a hard link: no copy, and src keeps its name meanwhile
+    try:
+        os.link(src, tmp)  # a hard link: no copy, and src keeps its name meanwhile
+    except OSError:  # a file system without hard links (some network or FUSE mounts)
+        shutil.copyfile(src, tmp)
+        sync(tmp)
     replace(tmp, dst)
 
 
@@ -51,8 +56,8 @@ def commit(tmp, path):
 
     Two generations are enough: one save runs at a time, so a crash, a power loss or a
     bad write spoils at most the newest file, and a reader falls back to path.prev.
-    path exists at every moment (path.prev is a second name of its old file), so a
-    missing path means no snapshot, never a save cut short.
+    path exists at every moment (path.prev is a second name of its old file, or a
+    copy), so a missing path means no snapshot, never a save cut short.
     """
     path, older = Path(path), previous(path)
     sync(tmp)  # on the disk, not only in memory, before a name points at it

@@ -1,6 +1,6 @@
-"""train_ddp's snapshots under torchrun: rank 0 killed in the middle of a save, a damaged
-newest snapshot, and output paths that cannot be written, found before any training.
-Every job runs on the CPU (gloo), 2 processes, a slice of Fashion-MNIST."""
+"""train_ddp's snapshots under torchrun: rank 0 killed in the middle of a save, a
+damaged newest snapshot, and output paths that cannot be written, found before any
+training. Every job runs on the CPU (gloo), 2 processes, a slice of Fashion-MNIST."""
 from pathlib import Path
 
 import pytest

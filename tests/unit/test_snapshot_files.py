@@ -30,6 +30,16 @@ def test_the_previous_snapshot_is_kept_as_prev(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ['lenet.pt', 'lenet.pt.prev']
 
 
+def test_without_hard_links_the_previous_snapshot_is_copied(tmp_path, monkeypatch):
+    def no_links(src, dst):
+        raise PermissionError(1, 'Operation not permitted')
+    monkeypatch.setattr(os, 'link', no_links)
+    path = tmp_path / 'lenet.pt'
+    for epoch in (1, 2):
+        save(path, epoch)
+    assert epoch_of(path) == 2 and epoch_of(files.previous(path)) == 1
+
+
 def test_a_fresh_start_drops_an_earlier_runs_prev(tmp_path):
     path = tmp_path / 'lenet.pt'
     save(path, 7)
@@ -55,8 +65,8 @@ def test_file_and_folder_are_flushed_before_and_after_the_rename(tmp_path, monke
     monkeypatch.setattr(os, 'fsync', fsync)
     monkeypatch.setattr(os, 'replace', replace)
     save(tmp_path / 'lenet.pt', 1)
-    assert events == [('fsync', 'lenet.pt.tmp'), ('replace', 'lenet.pt.tmp', 'lenet.pt'),
-                      ('fsync', tmp_path.name)]
+    assert events == [('fsync', 'lenet.pt.tmp'),
+                      ('replace', 'lenet.pt.tmp', 'lenet.pt'), ('fsync', tmp_path.name)]
 
 
 def test_a_damaged_newest_snapshot_gives_way_to_the_previous_one(tmp_path, capsys):
