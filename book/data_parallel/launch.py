@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 
+from . import network
 from .cli import JobArgumentError, check_arguments  # noqa: F401 (launch's errors)
 from .paths import work_dir
 from .results import read_result
@@ -219,7 +220,7 @@ def _print_line(line):
         print(line, end='', flush=True)
 
 
-def launch(*commands, env=None, timeout=900, echo=False):
+def launch(*commands, env=None, timeout=900, echo=False, bandwidth=None):
     """Run one or more commands at once, each in its own session; return their stdout.
 
     They run in the work folder (the repository's root, or the current folder). With
@@ -229,8 +230,14 @@ def launch(*commands, env=None, timeout=900, echo=False):
     caller is interrupted (Ctrl-C, a kernel interrupt), every process they started is
     ended (_stop); if the caller itself is killed, Linux sends the launchers SIGTERM
     (_ORPHAN_GUARD), so no worker is left behind. Raises RuntimeError (with the end of
-    every process's output) on failure.
+    every process's output) on failure. With bandwidth (bits per second), each command
+    runs behind a private loopback of that rate (network.throttled_command).
     """
+    if bandwidth is not None and network.throttle_problem():
+        raise RuntimeError(f'bandwidth={bandwidth:g} cannot be set on this machine: '
+                           f'{network.throttle_problem()}')
+    wire = (lambda argv: argv) if bandwidth is None else (
+        lambda argv: network.throttled_command(argv, bandwidth))
     env = {**os.environ, 'PYTHONUNBUFFERED': '1', **(env or {})}
     echo = _print_line if echo is True else echo
     procs, family = [], set()
@@ -238,7 +245,7 @@ def launch(*commands, env=None, timeout=900, echo=False):
         for command in commands:
             extra, argv = command if isinstance(command, tuple) else ({}, command)
             procs.append(subprocess.Popen(
-                _guarded(argv), cwd=work_dir(), env={**env, **extra},
+                _guarded(wire(argv)), cwd=work_dir(), env={**env, **extra},
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True))
         deadline = time.monotonic() + timeout
         outputs = _read_lines(procs, echo, deadline, family)
@@ -263,13 +270,15 @@ def launch(*commands, env=None, timeout=900, echo=False):
     return [out for out, _ in outputs]
 
 
-def run(module, world_size, *args, timeout=600, max_restarts=0, env=None, echo=False):
+def run(module, world_size, *args, timeout=600, max_restarts=0, env=None, echo=False,
+        bandwidth=None):
     """torchrun module (a name, or the module) with world_size processes; its record.
 
     The record is the job's `RESULT <json>` line (read_result). echo=True prints rank
-    0's other lines as they come.
+    0's other lines as they come; bandwidth (bits per second) throttles its network.
     """
     name = module if isinstance(module, str) else module.__name__
     command = torchrun_command(args, world_size, max_restarts=max_restarts, module=name)
-    out, = launch(command, env=env, timeout=timeout, echo=echo)  # kills all it started
+    out, = launch(command, env=env, timeout=timeout, echo=echo,  # kills all it started
+                  bandwidth=bandwidth)
     return read_result(out)

@@ -11,7 +11,7 @@ import time
 import pytest
 from jupyter_client.manager import start_new_kernel
 
-from data_parallel import launch
+from data_parallel import launch, network
 
 CPU_ONLY = {'CUDA_VISIBLE_DEVICES': ''}
 
@@ -139,7 +139,7 @@ time.sleep(300)
 
 CALLER = '''
 import ast, sys
-from data_parallel import launch
+from data_parallel import launch, network
 launch.launch(ast.literal_eval(sys.argv[1]), env={'CUDA_VISIBLE_DEVICES': ''},
               timeout=300, echo=True)
 '''
@@ -229,3 +229,25 @@ def test_shutting_the_kernel_down_ends_the_job(sleeping_job, leftovers):
     kc.stop_channels()
     km.shutdown_kernel(now=True)  # SIGKILL: the cell's finally never runs
     assert leftovers(marker) == []
+
+
+@pytest.mark.slow
+def test_a_throttled_job_ends_whole_at_its_time_limit(sleeping_job, leftovers):
+    """Behind a throttled wire (unshare, then sh, then torchrun: one PID) as without."""
+    if network.throttle_problem():
+        pytest.skip(network.throttle_problem())
+    command, marker = sleeping_job
+    seen = []
+    with pytest.raises(RuntimeError, match='ran past its 25 s limit'):
+        launch.launch(command, env=CPU_ONLY, timeout=25, echo=seen.append,
+                      bandwidth=100e6)
+    assert seen == ['ready\n']  # the workers were up, behind the wire, when time ran out
+    # a network namespace lives as long as a process in it: none left, none of it
+    assert leftovers(marker) == []
+
+
+def test_a_machine_that_cannot_throttle_says_so_in_one_line(monkeypatch):
+    monkeypatch.setattr(network, 'throttle_problem', lambda: 'tc not found: ...')
+    with pytest.raises(RuntimeError, match=r'^bandwidth=2e\+08 cannot be set on this '
+                                           r'machine: tc not found: \.\.\.$'):
+        launch.launch(['true'], bandwidth=200e6)
