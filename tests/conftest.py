@@ -1,10 +1,22 @@
 """Shared fixtures. The helper package is installed (`pip install -e .`), not put on a path."""
+import os
 import time
 from pathlib import Path
 
 import pytest
 
 import data_parallel as dp
+from data_parallel import network
+
+
+@pytest.fixture
+def throttle():
+    """Skip where this machine cannot throttle a loopback; fail in CI, where all can."""
+    problem = network.throttle_problem()
+    if problem and os.environ.get('CI'):
+        pytest.fail(f'CI runs on Linux with user namespaces, yet: {problem}')
+    if problem:
+        pytest.skip(problem)
 
 
 @pytest.fixture(scope='session')

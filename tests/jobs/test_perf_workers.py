@@ -1,11 +1,9 @@
 """The performance chapter's multi-process measurements, in a tiny configuration."""
-import os
-
 import pytest
 import torch
 
 import data_parallel as dp
-from data_parallel import launch, network
+from data_parallel import launch
 from data_parallel.jobs import perf_workers
 
 pytestmark = [pytest.mark.slow,  # every test here starts torchrun jobs
@@ -40,24 +38,14 @@ def test_allreduce_at_lenets_size_is_exact(capsys):
     assert capsys.readouterr().out == ''  # quiet unless asked to echo
 
 
-def test_a_throttled_allreduce_takes_the_time_the_rate_predicts():
+def test_a_throttled_allreduce_takes_the_time_the_rate_predicts(throttle):
     """Behind 200 Mbit/s, gloo's allreduce of N bytes on 2 processes moves 2N bytes.
 
     The ring sends 2(k - 1)/k N bytes from each of the k processes (chapter 9 counts
     them on the sockets), all over one loopback: 2(k - 1) N = 2N in all for k = 2.
     """
-    needs_throttle()
     bandwidth, megabytes = 200e6, 4
     result = launch.run(perf_workers, 2, 'allreduce', '--mb', megabytes, '--repeats', 3,
                         timeout=300, bandwidth=bandwidth)
     predicted = 2 * megabytes * 1e6 * 8 / bandwidth  # 0.32 s
     assert 0.75 < result['seconds']['torch'] / predicted < 1.25, result['seconds']
-
-
-def needs_throttle():
-    """Skip where the machine cannot throttle, except in CI, whose machines can."""
-    problem = network.throttle_problem()
-    if problem and os.environ.get('CI'):
-        pytest.fail(f'CI runs on Linux with user namespaces, yet: {problem}')
-    if problem:
-        pytest.skip(problem)
