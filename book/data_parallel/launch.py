@@ -233,19 +233,20 @@ def launch(*commands, env=None, timeout=900, echo=False, bandwidth=None):
     every process's output) on failure. With bandwidth (bits per second), each command
     runs behind a private loopback of that rate (network.throttled_command).
     """
-    if bandwidth is not None and network.throttle_problem():
+    problem = bandwidth is not None and network.throttle_problem()
+    if problem:
         raise RuntimeError(f'bandwidth={bandwidth:g} cannot be set on this machine: '
-                           f'{network.throttle_problem()}')
-    wire = (lambda argv: argv) if bandwidth is None else (
-        lambda argv: network.throttled_command(argv, bandwidth))
+                           f'{problem}')
     env = {**os.environ, 'PYTHONUNBUFFERED': '1', **(env or {})}
     echo = _print_line if echo is True else echo
     procs, family = [], set()
     try:
         for command in commands:
             extra, argv = command if isinstance(command, tuple) else ({}, command)
+            if bandwidth is not None:
+                argv = network.throttled_command(argv, bandwidth)
             procs.append(subprocess.Popen(
-                _guarded(wire(argv)), cwd=work_dir(), env={**env, **extra},
+                _guarded(argv), cwd=work_dir(), env={**env, **extra},
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True))
         deadline = time.monotonic() + timeout
         outputs = _read_lines(procs, echo, deadline, family)
