@@ -86,12 +86,12 @@ def run(args, device):
     n, warmup = args.accumulate, max(args.warmup, POWERSGD_START)
     micro = local_batches(X, y, args.batch_size, n * (warmup + args.steps), device)
     record = {'world_size': world_size, 'backend': dist.get_backend(),
-              'batch_size': args.batch_size, 'hidden': args.hidden,
-              'num_values': sum(p.numel() for p in mlp(args.hidden).parameters())}
+              'batch_size': args.batch_size, 'hidden': args.hidden}
     for variant in args.variants:
         per_step = n if variant == 'accumulate' else 1
         steps = grouped(micro[:per_step * (warmup + args.steps)], per_step)
-        step, _ = make_step(variant, args, device)
+        step, model = make_step(variant, args, device)
+        record['num_values'] = sum(p.numel() for p in model.parameters())
         for micro_batches in steps[:warmup]:
             step(micro_batches)
         seconds, sent = timed_steps(lambda group, _: step(group),
