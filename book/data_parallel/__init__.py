@@ -38,7 +38,8 @@ from .devices import (CPU_ONLY, Timer, cpu_cores, describe_devices,
                       sweep_environment, synchronize, use_one_core)
 from .figures import (plot_accuracy, plot_allreduce, plot_data_parallel_steps,
                       plot_lenet_shapes, plot_ring_allreduce, plot_scaling, plot_scatter,
-                      plot_sharded_memory, plot_split_strategies, write_book_figures)
+                      plot_sharded_memory, plot_split_strategies, plot_timeline,
+                      write_book_figures)
 from .models import LeNet, mlp, resnet18
 from .paths import DATA_ENV, data_root, repo_root, results_dir, work_dir
 from .performance import (FlatParams, allreduce_seconds, forward_backward, loop,

@@ -60,7 +60,7 @@ PUBLIC = {  # every public name of data_parallel.figures and the module defining
                'plot_scatter', 'plot_lenet_shapes', 'BOOK_FIGURES',
                'write_book_figures'),
     ring: ('plot_ring_allreduce',),
-    plots: ('plot_accuracy', 'plot_scaling', 'plot_sharded_memory'),
+    plots: ('plot_accuracy', 'plot_scaling', 'plot_sharded_memory', 'plot_timeline'),
 }
 
 
@@ -272,6 +272,12 @@ BOOK_CALLS = {  # the figures as the chapters draw them
         'weak scaling (128 per device)': [1, 2, 4]}, cores=2, backend='gloo'),
     'ring allreduce': figures.plot_ring_allreduce,
     'LeNet shapes': figures.plot_lenet_shapes,
+    'timeline': lambda: dp.plot_timeline({
+        'one bucket': [{'name': 'f', 'kind': 'forward', 'start_ms': 0, 'end_ms': 140},
+                       {'name': 'a', 'kind': 'allreduce', 'start_ms': 380,
+                        'end_ms': 2370}],
+        'buckets of 1 MB': [{'name': 'a', 'kind': 'allreduce', 'start_ms': 160,
+                             'end_ms': 790}]}, title='one DDP step, 200 Mbit/s'),
 }
 
 

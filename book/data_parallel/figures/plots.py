@@ -1,4 +1,5 @@
-"""The data plots: accuracy per epoch, throughput and memory against device count."""
+"""The data plots: accuracy per epoch, throughput and memory against device count, and
+the timeline of one training step."""
 from .draw import FIGURE_DPI
 
 
@@ -68,4 +69,87 @@ def plot_sharded_memory(num_devices, runs, title=None):
     ax.minorticks_off()
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    return fig
+
+
+TIMELINE_COLORS = {'forward': '#2b6ca3', 'backward': '#3d8a35',
+                   'allreduce': '#c0392b', 'optimizer': '#7a4f9a'}  # draw's palette
+
+
+def _check_spans(spans_by_variant):
+    """Raise ValueError, one line, unless it maps labels to lists of valid spans."""
+    import math
+    if not isinstance(spans_by_variant, dict) or not spans_by_variant:
+        raise ValueError('spans_by_variant: give a dict of label -> list of spans '
+                         "(jobs.timeline.profile_step), e.g. {'one bucket': spans}.")
+    for label, spans in spans_by_variant.items():
+        if not isinstance(spans, (list, tuple)) or not spans:
+            raise ValueError(f'spans_by_variant[{label!r}]: give a non-empty list of '
+                             'spans (jobs.timeline.profile_step).')
+        for i, s in enumerate(spans):
+            where = f'spans_by_variant[{label!r}][{i}]'
+            if not isinstance(s, dict):
+                raise ValueError(f'{where}: {s!r} is not a span: give a dict with '
+                                 'name, kind, start_ms and end_ms.')
+            kind = s.get('kind')
+            if not isinstance(kind, str) or kind not in TIMELINE_COLORS:
+                raise ValueError(f'{where}: kind {kind!r} is not one of '
+                                 f'{", ".join(TIMELINE_COLORS)}.')
+            start, end = s.get('start_ms'), s.get('end_ms')
+            if not all(isinstance(t, (int, float)) and not isinstance(t, bool)
+                       and math.isfinite(t) for t in (start, end)) \
+                    or not 0 <= start <= end:
+                raise ValueError(f'{where}: start_ms={start!r}, end_ms={end!r}: give '
+                                 'finite milliseconds, 0 <= start_ms <= end_ms.')
+
+
+def _rows(spans):
+    """A row for each span, the lowest free one: overlapping allreduces side by side."""
+    ends, rows = [], []
+    for s in spans:
+        row = next((r for r, end in enumerate(ends) if end <= s['start_ms']), len(ends))
+        ends[row:row + 1] = [s['end_ms']]
+        rows.append(row)
+    return rows, max(len(ends), 1)
+
+
+def plot_timeline(spans_by_variant, title=None):
+    """One step of each variant: a compute lane and a wire lane, bars coloured by kind.
+
+    spans_by_variant maps a label ('one bucket') to the spans of one step
+    (jobs.timeline.profile_step). Allreduces that run at once share the wire lane,
+    one above the other.
+    """
+    from matplotlib import pyplot as plt
+    from matplotlib.patches import Patch
+    _check_spans(spans_by_variant)
+    n = len(spans_by_variant)
+    fig, ax = plt.subplots(figsize=(6, 1.3 + 0.8 * n), layout='constrained',
+                           dpi=FIGURE_DPI)
+    ticks, labels = [], []
+    for v, (label, spans) in enumerate(spans_by_variant.items()):
+        base = 2 * (n - 1 - v)  # the first variant on top
+        compute = [s for s in spans if s['kind'] != 'allreduce']
+        wire = sorted((s for s in spans if s['kind'] == 'allreduce'),
+                      key=lambda s: s['start_ms'])
+        rows, num_rows = _rows(wire)
+        bars = [(s, base + 0.6, 0.8) for s in compute]  # (span, bottom, height)
+        bars += [(s, base - 0.4 + row * 0.8 / num_rows, 0.8 / num_rows)
+                 for s, row in zip(wire, rows)]
+        for s, bottom, height in bars:
+            ax.broken_barh([(s['start_ms'], s['end_ms'] - s['start_ms'])],
+                           (bottom, height), facecolors=TIMELINE_COLORS[s['kind']],
+                           edgecolor='white', linewidth=0.5)
+        ticks += [base, base + 1]
+        labels += [f'{label}: wire', f'{label}: compute']
+    ax.set_yticks(ticks, labels, fontsize=8)
+    ax.set(xlabel='milliseconds since the step began', xlim=(0, None),
+           ylim=(-0.6, 2 * n - 0.4))
+    ax.tick_params(axis='x', labelsize=8)
+    ax.grid(axis='x', alpha=0.3)
+    if title:  # above the legend, which sits on top of the axes
+        fig.suptitle(title, fontsize=9)
+    ax.legend(handles=[Patch(color=c, label=k) for k, c in TIMELINE_COLORS.items()],
+              fontsize=8, ncols=4, loc='lower center', bbox_to_anchor=(0.5, 1.0),
+              frameon=False)
     return fig
