@@ -1,8 +1,9 @@
 """The networks the programs train, one definition each.
 
 ``LeNet`` is the from-scratch chapters' network as an ``nn.Module`` (same initial values,
-same forward), ``resnet18`` is d2l's ResNet-18 for small images, and ``mlp`` a small
-network of blocks that FSDP2 shards one by one.
+same forward), ``resnet18`` is d2l's ResNet-18 for small images, ``mlp`` a small
+network of blocks that FSDP2 shards one by one, and ``deep_mlp`` the same with more
+hidden layers (more buckets for DDP to send while backward goes on).
 """
 import torch
 from torch import nn
@@ -69,3 +70,12 @@ def mlp(hidden=256, seed=0):
     block = lambda n_in, n_out: nn.Sequential(nn.Linear(n_in, n_out), nn.ReLU())
     return nn.Sequential(nn.Flatten(), block(784, hidden), block(hidden, hidden),
                          nn.Linear(hidden, 10))
+
+
+def deep_mlp(hidden, layers, seed=0):
+    """An MLP of `layers` hidden layers of `hidden` units; mlp(hidden) when layers=2."""
+    torch.manual_seed(seed)
+    sizes = [784] + [hidden] * layers
+    blocks = [nn.Sequential(nn.Linear(n_in, n_out), nn.ReLU())
+              for n_in, n_out in zip(sizes, sizes[1:])]
+    return nn.Sequential(nn.Flatten(), *blocks, nn.Linear(hidden, 10))

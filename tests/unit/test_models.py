@@ -15,3 +15,13 @@ def test_resnet18_shapes():
 def test_lenet_module_is_the_from_scratch_network():
     net, X = models.LeNet(), torch.randn(3, 1, 28, 28)
     torch.testing.assert_close(net(X), dp.lenet(X, dp.init_lenet_params()))
+
+
+def test_deep_mlp_of_two_layers_is_mlp():
+    # chapter 10's deeper MLP starts from chapter 9's MLP: same values, same outputs
+    X = torch.rand(3, 1, 28, 28)
+    for hidden in (8, 64):
+        assert torch.equal(models.deep_mlp(hidden, 2)(X), models.mlp(hidden)(X))
+    # each extra layer adds hidden^2 + hidden values
+    count = lambda net: sum(p.numel() for p in net.parameters())
+    assert count(models.deep_mlp(64, 5)) - count(models.mlp(64)) == 3 * (64 * 64 + 64)
