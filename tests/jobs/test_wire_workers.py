@@ -13,8 +13,8 @@ pytestmark = [pytest.mark.slow,  # starts a torchrun job
 @pytest.fixture(scope='module')
 def record(fashion_root):
     """One job of 2 processes, every variant, a small MLP."""
-    return launch.run(wire_workers, 2, '--hidden', 128, '--steps', 2, '--accumulate', 4,
-                      timeout=300)
+    return launch.run(wire_workers, 2, 'measure', '--hidden', 128, '--steps', 2,
+                      '--accumulate', 4, timeout=300)
 
 
 def per_example(record, variant):

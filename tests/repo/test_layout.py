@@ -4,8 +4,9 @@ Layers, from the bottom (the package docstring says the same in words):
 machinery (paths, cli, results, files, devices, data, launch, network) < taught code
 (scratch, collectives, performance, sharding) and models < the taught program
 (train_ddp) < figures and jobs. A module may import its own layer and the layers below. Jobs never
-import another job (their shared kit is jobs.measure) nor the taught program; the one
-exception is jobs.faults, which exists to wrap train_ddp and kill one of its workers.
+import another job (their shared kits are jobs.measure and jobs.timeline, which start
+nothing) nor the taught program; the one exception is jobs.faults, which exists to wrap
+train_ddp and kill one of its workers.
 """
 import ast
 import re
@@ -25,6 +26,7 @@ LAYERS = {
     'top': (3, {'figures', 'jobs'}),
 }
 ALLOWED_UPWARD = {('jobs.faults', 'train_ddp')}  # faults wraps the taught program
+KITS = {'jobs.measure', 'jobs.timeline'}  # what jobs share: no program of their own
 MAX_LINES = 300
 
 
@@ -89,7 +91,7 @@ def violations(graph):
             if theirs > mine:
                 found.append(f'{name} (layer {mine}) imports {target} ({group})')
             elif name.startswith('jobs.') and target.startswith('jobs.') \
-                    and target != 'jobs.measure':
+                    and target not in KITS:
                 found.append(f'job {name} imports job {target}')
             elif name.startswith('jobs.') and target == 'train_ddp':
                 found.append(f'job {name} imports the taught program')
