@@ -36,11 +36,12 @@ from .data import (DataUnavailableError, TensorBatches, load_fashion_mnist,
 from .devices import (CPU_ONLY, Timer, cpu_cores, describe_devices,
                       describe_environment, get_devices, process_device, sweep_backend,
                       sweep_environment, synchronize, use_one_core)
-from .figures import (plot_accuracy, plot_allreduce, plot_data_parallel_steps,
-                      plot_lenet_shapes, plot_ring_allreduce, plot_scaling, plot_scatter,
-                      plot_sharded_memory, plot_split_strategies, plot_timeline,
-                      write_book_figures)
-from .models import LeNet, mlp, resnet18
+from .figures import (plot_accuracy, plot_allreduce, plot_bandwidth,
+                      plot_data_parallel_steps, plot_lenet_shapes, plot_ring_allreduce,
+                      plot_scaling, plot_scatter, plot_sharded_memory,
+                      plot_split_strategies, plot_timeline, write_book_figures)
+from .models import LeNet, deep_mlp, mlp, resnet18
+from .network import throttle_problem, throttled_command
 from .paths import DATA_ENV, data_root, repo_root, results_dir, work_dir
 from .performance import (FlatParams, allreduce_seconds, forward_backward, loop,
                           median_seconds, one_pass, passes, step_seconds,

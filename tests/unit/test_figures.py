@@ -60,7 +60,8 @@ PUBLIC = {  # every public name of data_parallel.figures and the module defining
                'plot_scatter', 'plot_lenet_shapes', 'BOOK_FIGURES',
                'write_book_figures'),
     ring: ('plot_ring_allreduce',),
-    plots: ('plot_accuracy', 'plot_scaling', 'plot_sharded_memory', 'plot_timeline'),
+    plots: ('plot_accuracy', 'plot_bandwidth', 'plot_scaling', 'plot_sharded_memory',
+            'plot_timeline'),
 }
 
 
@@ -404,3 +405,13 @@ def test_importing_data_parallel_changes_no_rcparams():
     result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
                             cwd=Path(dp.__file__).parent, check=True, timeout=120)
     assert result.stdout.split() == ['True', 'False']
+
+
+def test_bandwidth_plots_measured_points_and_the_model_line():
+    fig = dp.plot_bandwidth([100e6, 1e9], [1.2, 0.16], [1.24, 0.17])
+    model, points = fig.axes[0].get_lines()
+    assert list(points.get_xdata()) == [100, 1000]  # Mbit/s
+    assert list(points.get_ydata()) == [1200, 160]  # ms
+    assert list(model.get_ydata()) == [1240, 170]
+    with pytest.raises(ValueError, match='one of each a rate'):
+        dp.plot_bandwidth([100e6, 1e9], [1.2], [1.24, 0.17])

@@ -153,3 +153,26 @@ def plot_timeline(spans_by_variant, title=None):
               fontsize=8, ncols=4, loc='lower center', bbox_to_anchor=(0.5, 1.0),
               frameon=False)
     return fig
+
+
+def plot_bandwidth(rates, measured, predicted):
+    """Step time against the wire's rate (bits/s): measured points, the model's line."""
+    from matplotlib import pyplot as plt
+    from matplotlib.ticker import ScalarFormatter
+    if not rates or not len(rates) == len(measured) == len(predicted):
+        raise ValueError(f'{len(rates)} rates, {len(measured)} measured and '
+                         f'{len(predicted)} predicted times: pass one of each a rate.')
+    fig, ax = plt.subplots(figsize=(6, 3), layout='constrained', dpi=FIGURE_DPI)
+    megabits = [rate / 1e6 for rate in rates]
+    ax.plot(megabits, [s * 1e3 for s in predicted], linestyle='--', color='0.4',
+            label='cost model: compute + allreduce at the rate')
+    ax.plot(megabits, [s * 1e3 for s in measured], marker='o', linestyle='none',
+            label='measured (median step)')
+    ax.set(xscale='log', yscale='log', xlabel='bandwidth of the wire, Mbit/s',
+           ylabel='ms per step')
+    ax.set_xticks(megabits, [f'{m:g}' for m in megabits])  # plain numbers, not 10^n
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(ScalarFormatter())
+    ax.grid(alpha=0.3, which='both')
+    ax.legend(fontsize=8)
+    return fig
