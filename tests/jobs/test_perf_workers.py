@@ -48,4 +48,5 @@ def test_a_throttled_allreduce_takes_the_time_the_rate_predicts(throttle):
     result = launch.run(perf_workers, 2, 'allreduce', '--mb', megabytes, '--repeats', 3,
                         timeout=300, bandwidth=bandwidth)
     predicted = 2 * megabytes * 1e6 * 8 / bandwidth  # 0.32 s
-    assert 0.75 < result['seconds']['torch'] / predicted < 1.25, result['seconds']
+    # the set rate within 20 % (issue 25); measured 0.316 s, and 0.006 s unthrottled
+    assert 0.8 < result['seconds']['torch'] / predicted < 1.2, result['seconds']
