@@ -25,7 +25,9 @@ there are cores then run in parallel, as GPUs would; more devices than cores are
 oversubscribed (they share cores), and the device line says so.
 """
 import os
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 import torch.distributed as dist
@@ -134,6 +136,81 @@ def synchronize(devices):
     for device in set(devices):
         if device.type == 'cuda':
             torch.cuda.synchronize(device)
+
+
+def _check_whole(value, name, least=1):
+    """Raise ValueError unless value is a whole number >= least."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f'{name}={value!r}: ask for a whole number, at least {least}.')
+
+
+def parallel_capacity(workers=2, repeats=5, steps=20, size=512):
+    """Cores' worth of lock-step work `workers` threads get now, best of repeats."""
+    # Each thread multiplies matrices with one intra-op thread and waits for the others
+    # after every product, as DDP's processes wait for each other in every allreduce:
+    # workers x (one alone) / (all together) is about `workers` on a quiet machine,
+    # less when another program takes cores or the scheduler keeps a thread waiting.
+    # The sides take turns, best of each: a busy moment can only make a run slower.
+    for value, name in ((workers, 'workers'), (repeats, 'repeats'), (steps, 'steps'),
+                        (size, 'size')):
+        _check_whole(value, name)
+    a = torch.rand(size, size)
+    barrier = threading.Barrier(workers)
+
+    def work(sync):
+        for _ in range(steps):
+            torch.mm(a, a)  # releases Python's lock: the threads compute at once
+            if sync:
+                barrier.wait()
+
+    threads = torch.get_num_threads()
+    # one thread per worker, set here and not by use_one_core: a mutation of that
+    # function must change what a job computes with, not the yardstick
+    torch.set_num_threads(1)
+    alone, together = [], []
+    try:
+        with ThreadPoolExecutor(workers) as pool:
+            for _ in range(repeats + 1):  # the first round warms up and is dropped
+                start = time.perf_counter()
+                work(False)
+                alone.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                list(pool.map(lambda _: work(True), range(workers)))
+                together.append(time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(threads)
+    return workers * min(alone[1:]) / min(together[1:])
+
+
+def check_speedup(turns, workers=2, fraction=0.75, least=0.75):
+    """Assert (speed-up, capacity) turns reach fraction x capacity, or say why not."""
+    # Each capacity (parallel_capacity) is measured in the same turn as its speed-up. A
+    # turn that got fewer than least x workers cores' worth cannot tell a slow machine
+    # from a broken program: with no other turn, one line says so, nothing is asserted
+    # and this returns False. Else it asserts and returns True.
+    _check_whole(workers, 'workers', least=2)
+    for value, name in ((fraction, 'fraction'), (least, 'least')):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                0 < value <= 1):
+            raise ValueError(f'{name}={value!r}: give a number above 0, at most 1.')
+    turns = list(turns)
+    if not turns or any(len(turn) != 2 or not all(
+            isinstance(x, (int, float)) and x > 0 for x in turn) for turn in turns):
+        raise ValueError(f'turns={turns!r}: give (speed-up, capacity) pairs of '
+                         'positive numbers, at least one.')
+    usable = [(s, c) for s, c in turns if c >= least * workers]
+    if not usable:
+        best = max(c for _, c in turns)
+        # one line within the book's 88 columns
+        print(f'Speed-up not checked: the machine gave {best:.2f} of '
+              f'{least * workers:.2f} cores needed (busy or small).')
+        return False
+    # the turn closest to its capacity: a busy moment only lowers a speed-up
+    speedup, capacity = max(usable, key=lambda turn: turn[0] / turn[1])
+    assert speedup >= fraction * capacity, (
+        f'speed-up {speedup:.2f} < {fraction} x {capacity:.2f}, the parallel capacity '
+        f'measured with it: the {workers} devices did not compute at the same time')
+    return True
 
 
 class Timer:
