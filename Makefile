@@ -133,10 +133,14 @@ figures: $(STAMP)
 # ---- Where the time goes (added target; not part of `make test`) ------------------------
 #   make benchmark  one table of measured ratios (data pipeline, training loops, DDP,
 #                   star/ring/torch allreduce, cost model), about 3 minutes on 2 CPU cores
+#                   and then tools/wire_benchmark.py's: chapter 10's targets on a
+#                   throttled loopback (buckets, fp16 hook, accumulation, cost model),
+#                   about 2 minutes more
 .PHONY: benchmark
 
 benchmark: $(STAMP)
 	$(PY) tools/benchmark.py
+	$(PY) tools/wire_benchmark.py
 
 # ---- On a GPU machine (added target; not part of `make test`) ------------------------
 #   make gpu-check  unit tests and nbval (chapters 1-6) on CUDA, chapter 7's DDP job on
