@@ -29,6 +29,12 @@ def test_ddp_sends_the_ring_share_of_the_gradients(record):
     assert abs(record['buckets']['bytes_per_step'] / sent - 1) < 0.02
 
 
+def test_compute_sends_nothing(record):
+    # the step under no_sync(): the compute time of the others, without their bytes
+    sent = record['compute']['bytes_per_step']
+    assert sent < 0.01 * record['one-bucket']['bytes_per_step'], sent
+
+
 def test_accumulation_sends_once_per_n_micro_batches(record):
     assert record['accumulate_max_difference'] < 1e-6  # the same step as one big batch
     ratio = per_example(record, 'one-bucket') / per_example(record, 'accumulate')

@@ -7,7 +7,9 @@ slow network, through ``data_parallel.launch.run(..., bandwidth=...)``):
         measure --hidden 1024 --variants one-bucket buckets accumulate fp16 powersgd
 
 Every variant trains the same MLP (``models.deep_mlp``, --layers hidden layers of
---hidden units) from the same start on the same batches: `one-bucket` is DDP with all
+--hidden units) from the same start on the same batches: `compute` is DDP's step
+without its allreduce (under ``no_sync()``: the compute time, measured in the same job
+as the others, so a busy moment slows both alike); `one-bucket` is DDP with all
 gradients in one bucket, sent after backward; `buckets` is DDP with buckets of
 --bucket-mb, the first sent while backward goes on;
 `accumulate` sums the gradients of --accumulate micro-batches, each of the global batch,
@@ -19,6 +21,7 @@ trains each variant for --epochs epochs and reports its test accuracy: what a
 compressing hook costs. Rank 0 prints one line per variant, then `RESULT <json>`.
 """
 import argparse
+import contextlib
 
 import torch
 import torch.distributed as dist
@@ -33,7 +36,7 @@ from ..scratch import evaluate_accuracy
 from . import timeline
 from .measure import local_batches, run_mode, say, timed_steps
 
-VARIANTS = ('one-bucket', 'buckets', 'accumulate', 'fp16', 'powersgd')
+VARIANTS = ('compute', 'one-bucket', 'buckets', 'accumulate', 'fp16', 'powersgd')
 POWERSGD_START = 2  # PowerSGD sends plain allreduces before this step (in warm-up)
 ONE_BUCKET_MB = 1e4  # larger than any model here: every gradient in one bucket
 
@@ -66,7 +69,8 @@ def make_step(variant, args, device):
             with ddp.no_sync():
                 (loss_fn(ddp(X), y) / len(micro_batches)).backward()
         X, y = last  # the last backward sends the summed gradients, once
-        (loss_fn(ddp(X), y) / len(micro_batches)).backward()
+        with ddp.no_sync() if variant == 'compute' else contextlib.nullcontext():
+            (loss_fn(ddp(X), y) / len(micro_batches)).backward()
         opt.step()
     return step, ddp.module
 
