@@ -72,6 +72,8 @@ CH4, CH5, CH6 = ('04_data_synchronization.ipynb', '05_distributing_data.ipynb',
                  '06_training.ipynb')
 CH8 = '08_where_the_time_goes.ipynb'
 CH9 = '09_sharded_data_parallelism.ipynb'
+CH10 = '10_when_the_network_is_the_bottleneck.ipynb'
+WIRE_JOBS = 'tests/jobs/test_wire_workers.py::'
 SHARD_JOBS = 'tests/jobs/test_shard_workers.py::'
 ZERO1_TEST = SHARD_JOBS + 'test_zero1_from_scratch_equals_ddp[2]'
 
@@ -178,6 +180,18 @@ MUTATIONS = [
              'fully_shard(block, mesh=mesh, reshard_after_forward=args.reshard)',
              'fully_shard(block, mesh=mesh, reshard_after_forward=False)',
              (SHARD_JOBS + 'test_socket_bytes_follow_the_ring',), (CH9,), saved=False),
+    Mutation('o-fp16-hook-sends-everything',
+             "the `fp16` variant registers DDP's plain allreduce hook: 4 bytes a value",
+             'jobs/wire_workers.py',
+             'ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)',
+             'ddp.register_comm_hook(None, default_hooks.allreduce_hook)',
+             (WIRE_JOBS + 'test_compressing_hooks_send_less',), (CH10,), saved=False),
+    Mutation('p-accumulation-syncs-every-micro-batch',
+             'gradient accumulation without no_sync(): every micro-batch is allreduced',
+             'jobs/wire_workers.py', '            with ddp.no_sync():\n',
+             '            if True:  # no no_sync(): DDP sends after every backward\n',
+             (WIRE_JOBS + 'test_accumulation_sends_once_per_n_micro_batches',), (CH10,),
+             saved=False),
 ]
 
 # Selections that measure time (chapter 8's allreduce timings): run alone, after the rest.
@@ -197,6 +211,9 @@ CHAPTER_CHECKS = {
           'def step_seconds('],
     # ZeRO-1 against DDP, the library variants' bytes held and sent, the DCP resume;
     # the figure and the solutions are skipped
+    # the bytes of accumulation and of the compressing hooks at 200 Mbit/s; the wall,
+    # the overlap and accuracy runs, the figures and the solutions are skipped
+    CH10: ['ways[200e6] = launch.run(', 'base = result(ways, '],
     CH9: ["zero1_runs = {k: launch.run(", "largest difference from DDP",
           "train_runs = {k: launch.run(", "model_sends = ", "dp.glue(f'sent_{net}",
           "'--fail-at-step'", 'jobs_env = '],
