@@ -192,6 +192,14 @@ MUTATIONS = [
              '            if True:  # no no_sync(): DDP sends after every backward\n',
              (WIRE_JOBS + 'test_accumulation_sends_once_per_n_micro_batches',), (CH10,),
              saved=False),
+    Mutation('q-use_one_core-does-nothing',
+             'use_one_core leaves PyTorch its intra-op threads: CPU processes that should '
+             'be one core each fight over the cores',
+             'devices.py', "    if device.type == 'cpu':\n        torch.set_num_threads(1)\n",
+             '    pass  # the device model forgotten\n',
+             ('tests/jobs/test_perf_workers.py::test_speedup_is_a_fraction_of_the_'
+              'capacity_on_a_quiet_machine',), (CH8,), saved=False,
+             checks=((CH8, ['dp.check_speedup(']),)),
 ]
 
 # Selections that measure time (chapter 8's allreduce timings): run alone, after the rest.
@@ -208,7 +216,7 @@ CHAPTER_CHECKS = {
     # star and ring against torch.distributed.all_reduce, checked by perf_workers; the
     # flat trainer with and without threads; the cost model's formula
     CH8: ["launch.run(perf_workers, k, 'allreduce', '--mb', 25", 'three_batches = []',
-          'def step_seconds('],
+          'def step_seconds(', 'dp.check_speedup('],
     # ZeRO-1 against DDP, the library variants' bytes held and sent, the DCP resume;
     # the figure and the solutions are skipped
     # the bytes of accumulation and of the compressing hooks at 200 Mbit/s; the wall,
