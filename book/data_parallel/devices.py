@@ -54,17 +54,16 @@ def use_one_core(device):
         torch.set_num_threads(1)
 
 
-def _check_count(k, name='k'):
-    """Raise ValueError unless k is a whole number >= 1."""
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f'{name}={k!r}: ask for a whole number of devices, '
-                         'at least 1.')
+def _check_whole(value, name, least=1, what='a whole number'):
+    """Raise ValueError unless value is a whole number >= least."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f'{name}={value!r}: ask for {what}, at least {least}.')
 
 
 def get_devices(k=None, verbose=True):
     """Return k devices: real GPUs when there are enough, else reuse what exists."""
     if k is not None:
-        _check_count(k)
+        _check_whole(k, 'k', what='a whole number of devices')
     gpus = [torch.device(f'cuda:{i}') for i in range(torch.cuda.device_count())]
     pool = gpus or [torch.device('cpu')]
     k = len(pool) if k is None else k
@@ -137,12 +136,6 @@ def synchronize(devices):
     for device in set(devices):
         if device.type == 'cuda':
             torch.cuda.synchronize(device)
-
-
-def _check_whole(value, name, least=1):
-    """Raise ValueError unless value is a whole number >= least."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ValueError(f'{name}={value!r}: ask for a whole number, at least {least}.')
 
 
 def lockstep_seconds(workers=2, repeats=5, steps=20, size=512):
