@@ -9,7 +9,6 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torchvision
 
 from .paths import DATA_ENV, data_root
 
@@ -117,7 +116,11 @@ def read_fashion_mnist(train, root=None):
         raise ValueError(
             f'train={train!r}: pass True (training set) or False (test set).')
     root = Path(root) if root is not None else data_root()
-    _check_files(root / 'FashionMNIST' / 'raw', train)
+    raw = root / 'FashionMNIST' / 'raw'
+    _check_files(raw, train)  # sizes and MD5s of the files that are there
+    if all((raw / name).is_file() for name, _ in _FILES[train]):
+        return _read_idx(raw, train)
+    import torchvision  # only to download: importing it costs a process over a second
     made = [f for f in (root, root / 'FashionMNIST', root / 'FashionMNIST' / 'raw')
             if not f.exists()]  # torchvision makes them before it downloads
     try:
@@ -137,6 +140,18 @@ def read_fashion_mnist(train, root=None):
             'or run once with internet access.') from None
     # Same values as transforms.ToTensor(), without a PIL round trip per image.
     return dataset.data.unsqueeze(1).float().div_(255), dataset.targets
+
+
+def _read_idx(raw, train):
+    """Images in [0, 1] and labels from the checked files, as torchvision reads them."""
+    (images, _), (labels, _) = _FILES[train]
+    # IDX files: a 16-byte header (magic, count, rows, columns) before the pixels, an
+    # 8-byte one (magic, count) before the labels (read_sn3_pascalvincent_tensor in
+    # torchvision/datasets/mnist.py); size and MD5 are checked, so the rest is data.
+    X = torch.frombuffer(bytearray((raw / images).read_bytes()[16:]), dtype=torch.uint8)
+    y = torch.frombuffer(bytearray((raw / labels).read_bytes()[8:]), dtype=torch.uint8)
+    # Same values as transforms.ToTensor(); labels int64, as torchvision's targets
+    return X.view(-1, 1, 28, 28).float().div_(255), y.long()
 
 
 def read_in_job():
@@ -219,6 +234,7 @@ def per_image_loader(batch_size, train=True, root=None, num_workers=4):
     """The article's data pipeline: torchvision images, ToTensor on each, 4 workers."""
     # As d2l's load_data_fashion_mnist builds it: a PIL image decoded and converted per
     # example, batches collated from single examples by worker processes.
+    import torchvision  # here, not at the top: most processes never need it
     root = Path(root) if root is not None else data_root()
     read_fashion_mnist(train, root)  # files there and readable, or one clear error
     dataset = torchvision.datasets.FashionMNIST(

@@ -76,3 +76,19 @@ def test_shuffled_batches_are_gathered_into_pinned_memory_for_a_gpu(monkeypatch)
     assert dp.TensorBatches(X, y, 4, shuffle=True).pin_memory  # a GPU machine's default
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
     assert not dp.TensorBatches(X, y, 4, shuffle=True).pin_memory
+
+
+def test_both_splits_equal_torchvision_and_need_no_torchvision(fashion_root):
+    for train in (True, False):
+        X, y = dp.read_fashion_mnist(train, root=fashion_root)
+        reference = torchvision.datasets.FashionMNIST(fashion_root, train=train)
+        assert X.shape == (len(reference), 1, 28, 28) and X.dtype == torch.float32
+        assert torch.equal(X, reference.data.unsqueeze(1).float() / 255)
+        assert y.dtype == reference.targets.dtype and torch.equal(y, reference.targets)
+    # importing torchvision costs each worker of a job over a second: files on disk
+    # are read without it
+    code = ('import sys, data_parallel as dp; dp.read_fashion_mnist(True, sys.argv[1]); '
+            "print('torchvision' in sys.modules)")
+    result = subprocess.run([sys.executable, '-c', code, str(fashion_root)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == 'False', result.stdout + result.stderr
