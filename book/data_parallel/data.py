@@ -13,6 +13,18 @@ import torch.distributed as dist
 from .paths import DATA_ENV, data_root
 
 
+class _OnFirstUse:
+    """torchvision, imported when first used: it costs a process over a second (it
+    imports torch._dynamo), and most processes read the files without it."""
+
+    def __getattr__(self, name):
+        import torchvision
+        return getattr(torchvision, name)
+
+
+torchvision = _OnFirstUse()
+
+
 class DataUnavailableError(RuntimeError):
     """Fashion-MNIST is neither on disk nor downloadable."""
 
@@ -120,7 +132,6 @@ def read_fashion_mnist(train, root=None):
     _check_files(raw, train)  # sizes and MD5s of the files that are there
     if all((raw / name).is_file() for name, _ in _FILES[train]):
         return _read_idx(raw, train)
-    import torchvision  # only to download: importing it costs a process over a second
     made = [f for f in (root, root / 'FashionMNIST', root / 'FashionMNIST' / 'raw')
             if not f.exists()]  # torchvision makes them before it downloads
     try:
@@ -234,7 +245,6 @@ def per_image_loader(batch_size, train=True, root=None, num_workers=4):
     """The article's data pipeline: torchvision images, ToTensor on each, 4 workers."""
     # As d2l's load_data_fashion_mnist builds it: a PIL image decoded and converted per
     # example, batches collated from single examples by worker processes.
-    import torchvision  # here, not at the top: most processes never need it
     root = Path(root) if root is not None else data_root()
     read_fashion_mnist(train, root)  # files there and readable, or one clear error
     dataset = torchvision.datasets.FashionMNIST(
