@@ -10,7 +10,6 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor
 
 from .. import devices
 from ..data import DataUnavailableError
@@ -129,6 +128,8 @@ def timed_steps(step, batches, device):
 
 def tensor_bytes(tensors):
     """Bytes of this rank's part of each tensor (a DTensor's local shard)."""
+    # imported here: torch.distributed.tensor costs every job's process half a second
+    from torch.distributed.tensor import DTensor
     local = [t.to_local() if isinstance(t, DTensor) else t for t in tensors]
     return sum(t.numel() * t.element_size() for t in local)
 
