@@ -1,5 +1,8 @@
 """Shared fixtures. The helper package is installed (`pip install -e .`), not put on a path."""
+import importlib.util
+import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -53,3 +56,66 @@ def left_after(marker, seconds=15):
 def leftovers():
     """left_after: what a job left running, after up to 15 s (a test's tmp_path marks it)."""
     return left_after
+
+
+# ---- make test's record: which tests passed on which files --------------------------
+# `make mutations` runs the unmutated copy's unit tests as its control. When this run
+# covered them all and passed, on the very same files (the harness's fingerprint),
+# the harness takes their outcome from _build/passed-tests.json instead of running them
+# again.
+
+def _harness():
+    """tests/mutations/mutations.py, which owns the fingerprint and reads the record."""
+    if 'mutations' not in sys.modules:  # the module test_mutations.py imports, once
+        path = Path(__file__).parent / 'mutations' / 'mutations.py'
+        spec = importlib.util.spec_from_file_location('mutations', path)
+        sys.modules['mutations'] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules['mutations'])
+    return sys.modules['mutations']
+
+
+def _relative(arg, root):
+    """A test path or node id from the command line, relative to the repository."""
+    path, _, rest = str(arg).partition('::')
+    try:
+        path = Path(path).resolve().relative_to(root).as_posix()
+    except ValueError:
+        return None
+    return f'{path}::{rest}' if rest else path
+
+
+_RECORD = {}  # this session's record, when it runs the whole of tests/ (make test)
+
+
+def pytest_sessionstart(session):
+    config = session.config
+    if hasattr(config, 'workerinput'):  # an xdist worker: its controller keeps it
+        return
+    root = dp.repo_root()
+    args = [_relative(arg, root) for arg in config.args] if root else [None]
+    option = config.option
+    filtered = (option.keyword or option.markexpr or getattr(option, 'lf', False)
+                or getattr(option, 'deselect', None) or None in args)
+    if filtered or 'tests' not in args:
+        return  # a part of the tests, or not this repository's: nothing to record
+    _RECORD.update(complete=True, args=args, outcomes={},
+                   fingerprint=_harness().fingerprint(root))
+
+
+def pytest_runtest_logreport(report):
+    if not _RECORD:
+        return
+    if report.failed:
+        _RECORD['outcomes'][report.nodeid] = 'failed'
+    elif report.when == 'call' or report.skipped:
+        _RECORD['outcomes'].setdefault(report.nodeid, report.outcome)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if not _RECORD:
+        return
+    _RECORD['complete'] = (exitstatus == 0
+                           and 'failed' not in _RECORD['outcomes'].values())
+    path = dp.repo_root() / '_build' / 'passed-tests.json'
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(_RECORD, indent=0, sort_keys=True) + '\n')

@@ -17,6 +17,7 @@ Two kinds of check run on the mutated copy:
 failure under a mutation proves nothing.
 """
 import functools
+import hashlib
 import json
 import os
 import re
@@ -35,8 +36,11 @@ import data_parallel as dp
 ROOT = dp.repo_root()
 # repo_root() needs _toc.yml, so that jobs in the copy run and write in the copy
 COPIED = ['book', 'tests', '_toc.yml', '_config.yml', 'pytest.ini']
-SKIPPED = shutil.ignore_patterns('__pycache__', '.ipynb_checkpoints', '_build',
-                                 'browser')
+SKIPPED_NAMES = ('__pycache__', '.ipynb_checkpoints', '_build', 'browser')
+SKIPPED = shutil.ignore_patterns(*SKIPPED_NAMES)
+# `pytest tests` (make test) records what passed on which files (tests/conftest.py): the
+# control then takes its unit tests' outcome from there instead of running them again
+RECORD = ROOT / '_build' / 'passed-tests.json'
 NBVAL = ['--nbval', '--nbval-current-env', '--nbval-sanitize-with',
          'tests/nbval_sanitize.cfg', '--nbval-cell-timeout=600']
 PROBE_FAILED = 97  # exit code of a run that imported the wrong data_parallel
@@ -320,6 +324,42 @@ def trimmed(notebook, needles, book):
     return {**notebook, 'cells': cells}, [None] + indices
 
 
+def fingerprint(root=ROOT):
+    """SHA-256 of the files a copy holds (COPIED less SKIPPED) and of what runs them."""
+    import torch
+    digest = hashlib.sha256(f'{sys.version}|{torch.__version__}|'
+                            f'{torch.cuda.is_available()}'.encode())
+    for name in COPIED:
+        base = Path(root) / name
+        for path in sorted([base, *base.rglob('*')] if base.is_dir() else [base]):
+            parts = path.relative_to(root).parts
+            if path.is_file() and not set(SKIPPED_NAMES) & set(parts):
+                digest.update('/'.join(parts).encode() + b'\0' + path.read_bytes())
+    return digest.hexdigest()
+
+
+def recorded_outcome(unit, record_path=None):
+    """The unit tests' Outcome from make test's record, or None when it does not show
+    every one of them passed (or skipped) in one complete run on these very files."""
+    try:
+        record = json.loads(Path(record_path or RECORD).read_text())
+        if not record['complete'] or record['fingerprint'] != fingerprint():
+            return None
+        outcomes, args = record['outcomes'], record['args']
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    for test in unit:
+        if not any(test == arg or test.startswith((f'{arg}/', f'{arg}::'))
+                   for arg in args):
+            return None  # that run was not asked for this test
+        found = [v for k, v in outcomes.items() if k == test
+                 or k.startswith((f'{test}::', f'{test}['))]
+        if not found or any(v not in ('passed', 'skipped') for v in found):
+            return None
+    return Outcome('unit tests', False, [], 0.0,
+                   note='(make test passed them on these very files)')
+
+
 def make_copy(folder, mutation=None):
     """Copy the repository's book/ and tests/ into folder, mutated; return the root."""
     root = Path(folder) / 'repo'
@@ -383,6 +423,7 @@ class Outcome:
     failed: bool
     failures: list
     seconds: float
+    note: str = ''  # where an outcome that was not run here comes from
 
 
 def why(message, details):
@@ -457,8 +498,10 @@ class Task:
 def tasks(folder, mutation=None, unit=None, chapters=None):
     """The checks of one (mutated) copy: its unit tests and each chapter's selection.
 
-    Without a mutation, this is the control: every check must pass. A mutated copy's
-    checks stop at their first failure (-x): one failure is enough to call it caught.
+    Without a mutation, this is the control: every check must pass; its unit tests
+    are not run again when make test's record shows them passed on the same files. A
+    mutated copy's checks stop at their first failure (-x): one failure is enough to
+    call it caught.
     """
     unit = unit or mutation.unit
     chapters = chapters or mutation.chapters
@@ -466,7 +509,10 @@ def tasks(folder, mutation=None, unit=None, chapters=None):
     origins = write_chapters(root, chapters, mutation)
     stop_first = mutation is not None
     label = mutation.name if mutation else 'control'
-    found = [Task(label, '', functools.partial(unit_run, root, unit, stop_first))]
+    recorded = None if mutation else recorded_outcome(unit)
+    run_unit = ((lambda: recorded) if recorded else
+                functools.partial(unit_run, root, unit, stop_first))
+    found = [Task(label, '', run_unit)]
     found += [Task(label, chapter, functools.partial(run_chapter, root, chapter,
                                                      origins[chapter], stop_first))
               for chapter in chapters]
@@ -513,4 +559,4 @@ def describe(outcome, expected_to_fail):
                       for test, message in outcome.failures[:3])
     more = f' (+{len(outcome.failures) - 3} more)' if len(outcome.failures) > 3 else ''
     return (f'    {outcome.place:<36} {verdict:<7} {outcome.seconds:4.0f} s  '
-            f'{shown}{more}').rstrip()
+            f'{shown}{more}{outcome.note}').rstrip()

@@ -9,6 +9,8 @@ cell selection still applies) always run.
 """
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -120,3 +122,66 @@ def test_mutation_is_caught(mutation, outcomes):
                 for o in of(outcomes, mutation.name)
                 if not o.failed or control[o.place].failed]
     assert not problems, f'{mutation.name} ({mutation.bug}): {"; ".join(problems)}'
+
+
+def test_the_control_reuses_only_a_complete_passing_record_of_these_files(tmp_path):
+    unit = ['tests/unit/test_scratch.py', 'tests/jobs/test_x.py::test_y']
+    record = {'complete': True, 'fingerprint': mu.fingerprint(), 'args': ['tests'],
+              'outcomes': {'tests/unit/test_scratch.py::test_a[1]': 'passed',
+                           'tests/jobs/test_x.py::test_y[2]': 'skipped'}}
+    path = tmp_path / 'passed-tests.json'
+
+    def reused(**change):
+        path.write_text(json.dumps({**record, **change}))
+        return mu.recorded_outcome(unit, path)
+
+    outcome = reused()
+    assert outcome.place == 'unit tests' and not outcome.failed
+    assert 'make test' in outcome.note
+    assert reused(complete=False) is None
+    assert reused(fingerprint='0' * 64) is None  # other files, or another torch
+    assert reused(args=['tests/unit']) is None  # the jobs test was not asked for
+    failed = {**record['outcomes'], 'tests/unit/test_scratch.py::test_b': 'failed'}
+    assert reused(outcomes=failed) is None
+    assert reused(outcomes={'tests/unit/test_scratch.py::test_a[1]': 'passed'}) is None
+    path.write_text('{"complete": tr')  # torn
+    assert mu.recorded_outcome(unit, path) is None
+
+
+def test_fingerprint_follows_the_copied_files_only(tmp_path):
+    (tmp_path / 'tests' / '__pycache__').mkdir(parents=True)
+    (tmp_path / 'tests' / 'test_a.py').write_text('x = 1\n')
+    before = mu.fingerprint(tmp_path)
+    (tmp_path / 'tests' / '__pycache__' / 'test_a.pyc').write_bytes(b'\0')
+    (tmp_path / 'results').mkdir()  # not copied
+    (tmp_path / 'results' / 'run.json').write_text('{}')
+    assert mu.fingerprint(tmp_path) == before
+    (tmp_path / 'tests' / 'test_a.py').write_text('x = 2\n')
+    assert mu.fingerprint(tmp_path) != before
+
+
+@pytest.mark.slow
+def test_a_whole_run_of_tests_leaves_its_record_and_a_partial_one_none(tmp_path):
+    root = mu.make_copy(tmp_path)
+    for path in (root / 'tests').rglob('test_*.py'):  # a small tests/ to run whole
+        if path.name != 'test_models.py':
+            path.unlink()
+    (root / 'tests' / 'unit' / 'test_zz_fails.py').write_text(
+        'import os\n\ndef test_fails():\n    assert not os.environ.get("FAIL")\n')
+    record = root / '_build' / 'passed-tests.json'
+
+    def run(*args, **env):
+        record.unlink(missing_ok=True)
+        subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
+                        *args], cwd=root, env={**mu.environment(root), **env},
+                       capture_output=True, timeout=300)
+        return json.loads(record.read_text()) if record.exists() else None
+
+    whole = run('tests')
+    assert whole['complete'] and whole['fingerprint'] == mu.fingerprint(root)
+    assert whole['outcomes']['tests/unit/test_zz_fails.py::test_fails'] == 'passed'
+    assert set(whole['outcomes'].values()) == {'passed'} and len(whole['outcomes']) > 1
+    assert not run('tests', FAIL='1')['complete']
+    assert run('tests', '-k', 'fails') is None
+    assert run('tests', '-m', 'not slow') is None
+    assert run('tests/unit') is None  # a part of tests/
