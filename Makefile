@@ -48,15 +48,16 @@ book: $(STAMP)
 # a speed-up: measured, a nice-19 lane beside chapter 6 still made it 1.5x slower).
 test: tests nbval
 
+# --durations: the slowest tests and cells, so that a slow CI run shows what got slower
 tests: $(STAMP)
-	$(PY) -m pytest $(XDIST) tests
+	$(PY) -m pytest $(XDIST) --durations=10 tests
 
 unit: $(STAMP)
 	$(PY) -m pytest -m "not slow" tests
 
 nbval: $(STAMP)
-	$(PY) -m pytest $(XDIST) $(NBVAL) $(SHARED)
-	$(PY) -m pytest $(NBVAL) $(ALONE)
+	$(PY) -m pytest $(XDIST) $(NBVAL) --durations=5 $(SHARED)
+	$(PY) -m pytest $(NBVAL) --durations=10 $(ALONE)
 
 execute: $(STAMP)
 	$(PY) tools/execute_notebooks.py book/[0-9]*.ipynb
