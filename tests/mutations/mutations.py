@@ -341,6 +341,9 @@ def fingerprint(root=ROOT):
 def recorded_outcome(unit, record_path=None):
     """The unit tests' Outcome from make test's record, or None when it does not show
     every one of them passed (or skipped) in one complete run on these very files."""
+    import torch
+    if torch.cuda.is_available():  # make test ran with GPUs, the copies run without
+        return None
     try:
         record = json.loads(Path(record_path or RECORD).read_text())
         if not record['complete'] or record['fingerprint'] != fingerprint():

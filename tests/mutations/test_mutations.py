@@ -148,6 +148,16 @@ def test_the_control_reuses_only_a_complete_passing_record_of_these_files(tmp_pa
     assert mu.recorded_outcome(unit, path) is None
 
 
+def test_a_gpu_machine_runs_the_control_on_the_cpu_itself(tmp_path, monkeypatch):
+    import torch
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    path = tmp_path / 'passed-tests.json'  # make test's record there, passed with GPUs
+    path.write_text(json.dumps({
+        'complete': True, 'fingerprint': mu.fingerprint(), 'args': ['tests'],
+        'outcomes': {'tests/unit/test_scratch.py::test_a': 'passed'}}))
+    assert mu.recorded_outcome(['tests/unit/test_scratch.py'], path) is None
+
+
 def test_fingerprint_follows_the_copied_files_only(tmp_path):
     (tmp_path / 'tests' / '__pycache__').mkdir(parents=True)
     (tmp_path / 'tests' / 'test_a.py').write_text('x = 1\n')
