@@ -16,6 +16,7 @@ Two kinds of check run on the mutated copy:
 `tasks` of the unmutated copy are the control: they must pass, or a
 failure under a mutation proves nothing.
 """
+import fnmatch
 import functools
 import hashlib
 import json
@@ -36,7 +37,8 @@ import data_parallel as dp
 ROOT = dp.repo_root()
 # repo_root() needs _toc.yml, so that jobs in the copy run and write in the copy
 COPIED = ['book', 'tests', '_toc.yml', '_config.yml', 'pytest.ini']
-SKIPPED_NAMES = ('__pycache__', '.ipynb_checkpoints', '_build', 'browser')
+# (*.egg-info: pip's build metadata, rewritten when a test builds the package)
+SKIPPED_NAMES = ('__pycache__', '.ipynb_checkpoints', '_build', 'browser', '*.egg-info')
 SKIPPED = shutil.ignore_patterns(*SKIPPED_NAMES)
 # `pytest tests` (make test) records what passed on which files (tests/conftest.py): the
 # control then takes its unit tests' outcome from there instead of running them again
@@ -333,7 +335,9 @@ def fingerprint(root=ROOT):
         base = Path(root) / name
         for path in sorted([base, *base.rglob('*')] if base.is_dir() else [base]):
             parts = path.relative_to(root).parts
-            if path.is_file() and not set(SKIPPED_NAMES) & set(parts):
+            skip = any(fnmatch.fnmatch(part, pattern)
+                       for part in parts for pattern in SKIPPED_NAMES)
+            if path.is_file() and not skip:
                 digest.update('/'.join(parts).encode() + b'\0' + path.read_bytes())
     return digest.hexdigest()
 

@@ -164,6 +164,9 @@ def test_fingerprint_follows_the_copied_files_only(tmp_path):
     before = mu.fingerprint(tmp_path)
     (tmp_path / 'tests' / '__pycache__' / 'test_a.pyc').write_bytes(b'\0')
     (tmp_path / 'results').mkdir()  # not copied
+    egg = tmp_path / 'book' / 'multigpu_book.egg-info'  # pip rewrites it in builds
+    egg.mkdir(parents=True)
+    (egg / 'SOURCES.txt').write_text('a.py\n')
     (tmp_path / 'results' / 'run.json').write_text('{}')
     assert mu.fingerprint(tmp_path) == before
     (tmp_path / 'tests' / 'test_a.py').write_text('x = 2\n')
