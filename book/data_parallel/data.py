@@ -132,7 +132,7 @@ def read_fashion_mnist(train, root=None):
     _check_files(raw, train)  # sizes and MD5s of the files that are there
     if all((raw / name).is_file() for name, _ in _FILES[train]):
         return _read_idx(raw, train)
-    made = [f for f in (root, root / 'FashionMNIST', root / 'FashionMNIST' / 'raw')
+    made = [f for f in (root, root / 'FashionMNIST', raw)
             if not f.exists()]  # torchvision makes them before it downloads
     try:
         with _socket_timeout(8):  # 2 mirrors x 8 s: a clear error well within 30 s
