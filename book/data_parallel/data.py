@@ -136,8 +136,7 @@ def read_fashion_mnist(train, root=None):
             if not f.exists()]  # torchvision makes them before it downloads
     try:
         with _socket_timeout(8):  # 2 mirrors x 8 s: a clear error well within 30 s
-            dataset = torchvision.datasets.FashionMNIST(root, train=train,
-                                                        download=True)
+            torchvision.datasets.FashionMNIST(root, train=train, download=True)
     except (RuntimeError, OSError) as error:
         for folder in reversed(made):  # a failed download leaves no empty folder
             with contextlib.suppress(OSError):
@@ -149,8 +148,10 @@ def read_fashion_mnist(train, root=None):
             f'and downloading it failed ({reason}). '
             f'Set {DATA_ENV} to a folder that holds FashionMNIST/raw/, '
             'or run once with internet access.') from None
-    # Same values as transforms.ToTensor(), without a PIL round trip per image.
-    return dataset.data.unsqueeze(1).float().div_(255), dataset.targets
+    # torchvision checked the archives it fetched; the files it unpacked are read (and
+    # checked) as those found in place
+    _check_files(raw, train)
+    return _read_idx(raw, train)
 
 
 def _read_idx(raw, train):

@@ -1,9 +1,15 @@
 """Our in-memory Fashion-MNIST loader against torchvision's, and its failure when offline."""
+import functools
+import gzip
+import hashlib
+import http.server
 import os
 import subprocess
 import sys
+import threading
 import time
 
+import pytest
 import torch
 import torchvision
 
@@ -92,3 +98,54 @@ def test_both_splits_equal_torchvision_and_need_no_torchvision(fashion_root):
     result = subprocess.run([sys.executable, '-c', code, str(fashion_root)],
                             capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == 'False', result.stdout + result.stderr
+
+
+@pytest.fixture
+def mirror(tmp_path, fashion_root, monkeypatch):
+    """A local mirror serving the test split's archives: torchvision's real download."""
+    served = tmp_path / 'mirror'
+    served.mkdir()
+    resources = []
+    for name in ('t10k-images-idx3-ubyte', 't10k-labels-idx1-ubyte'):
+        archive = gzip.compress((fashion_root / 'FashionMNIST' / 'raw' / name)
+                                .read_bytes(), compresslevel=1)
+        (served / f'{name}.gz').write_bytes(archive)
+        resources.append((f'{name}.gz', hashlib.md5(archive).hexdigest()))
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):  # no request lines on stderr
+            pass
+    server = http.server.ThreadingHTTPServer(
+        ('127.0.0.1', 0), functools.partial(Quiet, directory=served))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    for name in ('http_proxy', 'HTTP_PROXY', 'all_proxy', 'ALL_PROXY'):
+        monkeypatch.delenv(name, raising=False)  # straight to the local port
+    monkeypatch.setattr(torchvision.datasets.FashionMNIST, 'mirrors',
+                        [f'http://127.0.0.1:{server.server_port}/'])
+    monkeypatch.setattr(torchvision.datasets.FashionMNIST, 'resources', resources)
+    yield served
+    server.shutdown()
+    server.server_close()
+
+
+def test_downloaded_files_are_read_as_files_found_in_place(mirror, tmp_path):
+    """The download path ends in the same reader (and check) as files already there."""
+    root = tmp_path / 'data'
+    X, y = dp.read_fashion_mnist(False, root=root)
+    X_ref, y_ref = dp.read_fashion_mnist(False)
+    assert torch.equal(X, X_ref) and torch.equal(y, y_ref)
+    assert (root / 'FashionMNIST' / 'raw' / 't10k-images-idx3-ubyte').is_file()
+
+
+def test_a_damaged_download_is_named_in_one_line(mirror, tmp_path, monkeypatch):
+    """torchvision checks the archive's MD5 only: a bad file inside it is ours to find."""
+    archive = mirror / 't10k-labels-idx1-ubyte.gz'
+    labels = bytearray(gzip.decompress(archive.read_bytes()))
+    labels[100] ^= 1
+    archive.write_bytes(gzip.compress(labels, compresslevel=1))
+    monkeypatch.setattr(torchvision.datasets.FashionMNIST, 'resources', [
+        (name, hashlib.md5((mirror / name).read_bytes()).hexdigest())
+        for name, _ in torchvision.datasets.FashionMNIST.resources])
+    root = tmp_path / 'data'
+    with pytest.raises(dp.DataUnavailableError, match=r'is damaged: its MD5 is '):
+        dp.read_fashion_mnist(False, root=root)
