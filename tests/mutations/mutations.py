@@ -82,6 +82,8 @@ CH10 = '10_when_the_network_is_the_bottleneck.ipynb'
 WIRE_JOBS = 'tests/jobs/test_wire_workers.py::'
 SHARD_JOBS = 'tests/jobs/test_shard_workers.py::'
 ZERO1_TEST = SHARD_JOBS + 'test_zero1_from_scratch_equals_ddp[2]'
+# chapter 8's cost model and its hidden asserts: arithmetic, no job and no timing
+COST_MODEL = ['def step_seconds(']
 
 MUTATIONS = [
     Mutation('a-get_params-no-copy',
@@ -122,19 +124,21 @@ MUTATIONS = [
              'for X_shard, y_shard, replica in zip(X_shards, y_shards, replicas[:1]):\n'
              '            forward_backward(X_shard, y_shard, replica)\n'
              '    else:  # one thread per device: the devices work at the same time',
-             (PERF_TESTS + 'test_flat_trainer_matches_train_batch',), (CH8,)),
+             (PERF_TESTS + 'test_flat_trainer_matches_train_batch',), (CH8,),
+             checks=((CH8, ['three_batches = []']),)),
     Mutation('g-cost-model-without-communication',
              'step_seconds drops the allreduce term: compute alone',
              'performance.py',
              'return compute_seconds + '
              'allreduce_seconds(num_values, k, bytes_per_second)',
-             'return compute_seconds', (PERF_TESTS + 'test_cost_model',), (CH8,)),
+             'return compute_seconds', (PERF_TESTS + 'test_cost_model',), (CH8,),
+             checks=((CH8, COST_MODEL),)),
     Mutation('h-cost-model-star-traffic',
              "allreduce_seconds: the star's 2(k - 1)N, not the ring's 2(k - 1)/k N",
              'performance.py',
              'return 2 * (k - 1) / k * num_values * bytes_per_value / bytes_per_second',
              'return 2 * (k - 1) * num_values * bytes_per_value / bytes_per_second',
-             (PERF_TESTS + 'test_cost_model',), (CH8,)),
+             (PERF_TESTS + 'test_cost_model',), (CH8,), checks=((CH8, COST_MODEL),)),
     Mutation('i-zero1-skips-all-gather',
              'zero1_step updates its own shard and never all-gathers the parameters',
              'sharding.py',
@@ -208,8 +212,10 @@ MUTATIONS = [
              checks=((CH8, ['dp.check_speedup(']),)),
 ]
 
-# Selections that measure time (chapter 8's allreduce timings): run alone, after the rest.
-ALONE = (CH8,)
+# The cells that measure time (chapter 8's allreduce bandwidths and its speed-up): a
+# selection that holds one runs alone, after the rest (measures_time).
+TIMED = {CH8: ("launch.run(perf_workers, k, 'allreduce', '--mb', 25",
+               'dp.check_speedup(')}
 
 # Which code cells of a chapter hold its checks. None: the whole chapter (it is quick).
 # A list of needles: the chapter's setup, its #@save cells and, for each needle, the
@@ -234,6 +240,24 @@ CHAPTER_CHECKS = {
           "train_runs = {k: launch.run(", "model_sends = ", "dp.glue(f'sent_{net}",
           "'--fail-at-step'", 'jobs_env = '],
 }
+
+
+def needles_of(chapter, mutation=None):
+    """The needles of the chapter's selection: the mutation's own, or CHAPTER_CHECKS."""
+    return dict(mutation.checks if mutation else ()).get(chapter,
+                                                         CHAPTER_CHECKS[chapter])
+
+
+def measures_time(cells, chapter, needles):
+    """Whether the selection (select_cells) holds a cell that a TIMED needle finds."""
+    timed = {i for i, cell in enumerate(cells) if cell['cell_type'] == 'code'
+             and any(needle in source(cell) for needle in TIMED.get(chapter, ()))}
+    return bool(timed & set(select_cells(cells, needles)))
+
+
+def cells_of(chapter):
+    """The cells of a chapter of the checkout."""
+    return json.loads((ROOT / 'book' / chapter).read_text())['cells']
 
 
 def is_saved(cell):
@@ -401,9 +425,8 @@ def write_chapters(root, chapters, mutation=None):
         if chapter not in notebooks:
             raise HarnessError(f'no chapter {chapter} in book/: '
                                'update tests/mutations/mutations.py')
-        needles = dict(mutation.checks if mutation else ()).get(
-            chapter, CHAPTER_CHECKS[chapter])
-        notebook, origins[chapter] = trimmed(notebooks[chapter], needles,
+        notebook, origins[chapter] = trimmed(notebooks[chapter],
+                                             needles_of(chapter, mutation),
                                              book / 'data_parallel')
         write_notebook(book / chapter, notebook)
     return origins
@@ -500,6 +523,7 @@ class Task:
     label: str  # 'control' or the mutation's name
     chapter: str  # '' for the unit tests
     call: Callable
+    alone: bool = False  # it measures time: run it with the machine to itself
 
 
 def tasks(folder, mutation=None, unit=None, chapters=None):
@@ -521,7 +545,9 @@ def tasks(folder, mutation=None, unit=None, chapters=None):
                 functools.partial(unit_run, root, unit, stop_first))
     found = [Task(label, '', run_unit)]
     found += [Task(label, chapter, functools.partial(run_chapter, root, chapter,
-                                                     origins[chapter], stop_first))
+                                                     origins[chapter], stop_first),
+                   alone=measures_time(cells_of(chapter), chapter,
+                                       needles_of(chapter, mutation)))
               for chapter in chapters]
     return found
 
@@ -536,11 +562,11 @@ def unit_run(root, unit, stop_first):
 def run_all(all_tasks, workers=2, report=lambda task, outcome: None):
     """{(label, place): Outcome} of every task, `workers` at a time.
 
-    Selections of the chapters in ALONE measure time: they run one by one after all the
-    others, with the machine to themselves. report(task, outcome) is called as each ends.
+    Selections that measure time (task.alone) run one by one after all the others,
+    with the machine to themselves. report(task, outcome) is called as each ends.
     """
-    shared = [t for t in all_tasks if t.chapter not in ALONE]
-    alone = [t for t in all_tasks if t.chapter in ALONE]
+    shared = [t for t in all_tasks if not t.alone]
+    alone = [t for t in all_tasks if t.alone]
     outcomes = {}
 
     def finish(task, outcome):

@@ -39,6 +39,24 @@ def test_mutations_and_selections_still_apply():
             assert mu.select_cells(notebooks[chapter]['cells'], needles)
 
 
+def test_selections_that_hold_a_timed_cell_run_alone():
+    for chapter, timed in mu.TIMED.items():  # each still finds its cell
+        for needle in timed:
+            assert any(needle in mu.source(c) for c in mu.cells_of(chapter)), needle
+
+    def alone(name, chapter):
+        return mu.measures_time(mu.cells_of(chapter), chapter,
+                                mu.needles_of(chapter, BY_NAME.get(name)))
+    assert alone('control', mu.CH8)  # the allreduce bandwidths and the speed-up
+    assert alone('q-use_one_core-does-nothing', mu.CH8)  # the speed-up alone
+    assert alone('e-ring-skips-a-hop', mu.CH8)
+    for name in ('f-flat-serial-path-one-device', 'g-cost-model-without-communication',
+                 'h-cost-model-star-traffic'):  # correctness and arithmetic: shared
+        assert not alone(name, mu.CH8), name
+    assert not alone('control', mu.CH6)  # busy-aware: it may share the machine
+    assert mu.measures_time(mu.cells_of(mu.CH8), mu.CH8, None)  # the whole chapter
+
+
 def test_selection_rejects_a_needle_that_matches_nothing():
     cells = [{'cell_type': 'code', 'metadata': {}, 'source': ['x = 1\n']}]
     with pytest.raises(mu.HarnessError, match='update CHAPTER_CHECKS'):
@@ -76,7 +94,7 @@ def outcomes(tmp_path_factory, request):
     """{(label, place): Outcome} of the control and every mutation, run together.
 
     Every check of every copy is one task; JOBS (default 2) run at a time, and the
-    selections that measure time run alone at the end (mutations.ALONE). Each finished
+    selections that measure time run alone at the end (mutations.TIMED). Each finished
     check prints its line at once; the whole matrix, in order, prints at the end.
     """
     workers = int(os.environ.get('JOBS', '2') or 1)
