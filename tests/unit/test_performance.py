@@ -252,3 +252,20 @@ def test_passes_compute_what_forward_backward_computes():
         dp.forward_backward(X_shard, y_shard, expected)
         assert got.abs().sum() > 0
         torch.testing.assert_close(got, expected.params[0].grad, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize('world_size', [1, 2, 3])
+def test_local_batches_split_the_global_batches_across_ranks(world_size, monkeypatch):
+    """A job's ranks together hold each global batch once, in rank order."""
+    from data_parallel.jobs import measure
+    X, y = torch.arange(40.).view(20, 2), torch.arange(20)
+    monkeypatch.setattr(measure.dist, 'get_world_size', lambda: world_size)
+    parts = []
+    for rank in range(world_size):
+        monkeypatch.setattr(measure.dist, 'get_rank', lambda rank=rank: rank)
+        parts.append(measure.local_batches(X, y, 8, 4, torch.device('cpu')))
+    whole = measure.global_batches(X, y, 8, 4)
+    assert [b.tolist() for _, b in whole] == [list(range(s, s + 8)) for s in (0, 8, 4, 0)]
+    for step, (X_b, y_b) in enumerate(whole):
+        assert torch.equal(torch.cat([p[step][0] for p in parts]), X_b)
+        assert torch.equal(torch.cat([p[step][1] for p in parts]), y_b)

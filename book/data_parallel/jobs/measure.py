@@ -66,17 +66,19 @@ def rank_0_check(check, *args):
         raise SystemExit(box[0] if dist.get_rank() == 0 else 1)
 
 
+def global_batches(X, y, batch_size, steps):
+    """The `steps` global minibatches of a measurement: slices of X, y, wrapping around."""
+    starts = [(i * batch_size) % max(len(X) - batch_size, 1)  # all of X: start 0
+              for i in range(steps)]
+    return [(X[i:i + batch_size], y[i:i + batch_size]) for i in starts]
+
+
 def local_batches(X, y, batch_size, steps, device):
     """This process's part of each of `steps` global minibatches, already on device."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    out = []
-    for i in range(steps):
-        start = (i * batch_size) % max(len(X) - batch_size, 1)  # all of X: start 0
-        X_b, y_b = X[start:start + batch_size], y[start:start + batch_size]
-        X_r = torch.tensor_split(X_b, world_size)[rank]
-        y_r = torch.tensor_split(y_b, world_size)[rank]
-        out.append((X_r.to(device), y_r.to(device)))
-    return out
+    return [(torch.tensor_split(X_b, world_size)[rank].to(device),
+             torch.tensor_split(y_b, world_size)[rank].to(device))
+            for X_b, y_b in global_batches(X, y, batch_size, steps)]
 
 
 def max_difference(params, reference):

@@ -37,7 +37,8 @@ from ..cli import at_least, positive_float
 from ..data import TRAIN_SIZE, read_in_job
 from ..models import LeNet
 from ..performance import FlatParams
-from .measure import check_exact, local_batches, run_mode, say, timed
+from .measure import (check_exact, global_batches, local_batches, run_mode, say,
+                      timed)
 
 
 # --- allreduce ---------------------------------------------------------------------
@@ -191,8 +192,8 @@ def speedup(args, device):
     world_size, rank = dist.get_world_size(), dist.get_rank()
     X, y, _, _ = read_in_job()  # local rank 0 first
     n, b = args.warmup + args.steps, args.batch_size
-    starts = [(i * b) % max(len(X) - b, 1) for i in range(n)]  # as local_batches
-    whole = [(X[i:i + b].to(device), y[i:i + b].to(device)) for i in starts]
+    whole = [(X_b.to(device), y_b.to(device))  # the global batches local_batches splits
+             for X_b, y_b in global_batches(X, y, b, n)]
     shards = local_batches(X, y, b, n, device)
     alone_step = plain_step(device, args.lr)
     ddp_step, _ = make_step('ddp', device, b, args.lr)
