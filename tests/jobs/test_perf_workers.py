@@ -97,12 +97,17 @@ def cpu_hog(cores, processes=1):
 @pytest.mark.skipif(not hasattr(os, 'sched_setaffinity') or dp.cpu_cores() < 2,
                     reason='needs 2 cores to share with a hog (Linux affinity)')
 def test_under_a_cpu_hog_the_speedup_check_skips_with_one_line(fashion_root, capsys):
-    # 2 busy processes on the job's 2 cores: median capacities 0.95-1.16 measured, one
-    # probe of 1.67 among them (which the median leaves out)
+    # 2 busy processes on the job's 2 cores: median capacities 1.01-1.33 measured in 7
+    # runs of 8, and 1.61 in one (the scheduler gave the job the cores after all), so
+    # up to 3 tries; a hog that never makes the machine busy still fails.
     two = sorted(os.sched_getaffinity(0))[:2]
-    with cpu_hog(two, processes=2):
-        result = speedup_job(2)
-    assert statistics.median(result['capacity']) < 1.5, result['turns']
+    for _ in range(3):
+        with cpu_hog(two, processes=2):
+            result = speedup_job(2)
+        if statistics.median(result['capacity']) < 1.5:
+            break
+    else:
+        pytest.fail(f'3 runs beside a CPU hog, never busy: {result["turns"]}')
     assert dp.check_speedup(result['turns']) is False  # said, not asserted
     line, = capsys.readouterr().out.splitlines()
     assert line.startswith('Speed-up not checked: the machine gave ')
