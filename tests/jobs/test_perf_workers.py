@@ -97,12 +97,17 @@ def cpu_hog(cores, processes=1):
 @pytest.mark.skipif(not hasattr(os, 'sched_setaffinity') or dp.cpu_cores() < 2,
                     reason='needs 2 cores to share with a hog (Linux affinity)')
 def test_under_a_cpu_hog_the_speedup_check_skips_with_one_line(fashion_root, capsys):
-    # 2 busy processes on the job's 2 cores: median capacities 1.01-1.33 measured in 7
-    # runs of 8, and 1.61 in one (the scheduler gave the job the cores after all), so
-    # up to 3 tries; a hog that never makes the machine busy still fails.
+    # One busy process on the job's 2 cores (issue 21's busy machine). The yardstick is
+    # taken by the job's processes (lockstep_probe): median capacities 0.99-1.13 in 3
+    # runs beside `yes`, 1.21-1.26 beside 2 hogs. The threads of one process, the
+    # yardstick before, read 1.67-2 in 3 of 5 turns beside 2 hogs in CI (it failed),
+    # and 1.51-1.61 beside `yes` in a busy `make test` (a false alarm). One hog, not 2:
+    # if the scheduler shares by process and not by session, 2 hogs leave the job 1.5
+    # cores' worth in theory, 1 hog 1.33. Up to 3 tries, kept; planted: a probe whose
+    # other ranks do no work reads 1.63-1.96 and fails all 3.
     two = sorted(os.sched_getaffinity(0))[:2]
     for _ in range(3):
-        with cpu_hog(two, processes=2):
+        with cpu_hog(two, processes=1):
             result = speedup_job(2)
         if statistics.median(result['capacity']) < 1.5:
             break
