@@ -24,6 +24,7 @@ baseline) computes with one intra-op thread (``use_one_core``). Up to as many de
 there are cores then run in parallel, as GPUs would; more devices than cores are
 oversubscribed (they share cores), and the device line says so.
 """
+import contextlib
 import os
 import statistics
 import time
@@ -137,6 +138,19 @@ def synchronize(devices):
             torch.cuda.synchronize(device)
 
 
+@contextlib.contextmanager
+def one_thread():
+    """PyTorch on one intra-op thread inside, on as many as before after."""
+    # for the speed-up yardsticks: set here and not by use_one_core, so that a mutation
+    # of that function changes what a job computes with, not the yardstick
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def parallel_seconds(workers=2, repeats=5, steps=20, size=512):
     """(one thread alone, `workers` threads at once): median seconds of repeats."""
     # Each thread multiplies matrices with one intra-op thread; a round of them ends
@@ -157,22 +171,15 @@ def parallel_seconds(workers=2, repeats=5, steps=20, size=512):
         for _ in range(steps):
             torch.mm(a, a)  # releases Python's lock: the threads compute at once
 
-    threads = torch.get_num_threads()
-    # one thread per worker, set here and not by use_one_core: a mutation of that
-    # function must change what a job computes with, not the yardstick
-    torch.set_num_threads(1)
     alone, together = [], []
-    try:
-        with ThreadPoolExecutor(workers) as pool:
-            for _ in range(repeats + 1):  # the first round warms up and is dropped
-                start = time.perf_counter()
-                work()
-                alone.append(time.perf_counter() - start)
-                start = time.perf_counter()
-                list(pool.map(work, range(workers)))  # returns when all are done
-                together.append(time.perf_counter() - start)
-    finally:
-        torch.set_num_threads(threads)
+    with one_thread(), ThreadPoolExecutor(workers) as pool:  # one thread per worker
+        for _ in range(repeats + 1):  # the first round warms up and is dropped
+            start = time.perf_counter()
+            work()
+            alone.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            list(pool.map(work, range(workers)))  # returns when all are done
+            together.append(time.perf_counter() - start)
     return statistics.median(alone[1:]), statistics.median(together[1:])
 
 

@@ -98,8 +98,8 @@ def cpu_hog(cores, processes=1):
                     reason='needs 2 cores to share with a hog (Linux affinity)')
 def test_under_a_cpu_hog_the_speedup_check_skips_with_one_line(fashion_root, capsys):
     # One busy process on the job's 2 cores (issue 21's busy machine). The yardstick is
-    # taken by the job's processes (lockstep_probe): median capacities 0.99-1.13 in 3
-    # runs beside `yes`, 1.21-1.26 beside 2 hogs. The threads of one process, the
+    # taken by the job's processes (parallel_probe): median capacities 0.99-1.14 in 6
+    # runs beside `yes`, 1.19-1.32 in 6 beside 2 hogs. The threads of one process, the
     # yardstick before, read 1.67-2 in 3 of 5 turns beside 2 hogs in CI (it failed),
     # and 1.51-1.61 beside `yes` in a busy `make test` (a false alarm). One hog, not 2:
     # if the scheduler shares by process and not by session, 2 hogs leave the job 1.5

@@ -18,7 +18,7 @@ buffer, `ring` the same with the ring allreduce, `overlap` an all_reduce per par
 started by a gradient hook as soon as backward has produced that gradient, and `nosync`
 the DDP step inside `no_sync()`, which skips its allreduce (DDP without communication).
 `speedup` times rank 0 alone on each global batch against all ranks with DDP, in turns,
-with the machine's parallel capacity (lockstep_probe) probed in each turn, for
+with the machine's parallel capacity (parallel_probe) probed in each turn, for
 devices.check_speedup.
 Rank 0 prints one line per measurement as it finishes, then `RESULT <json>`;
 ``data_parallel.launch.run`` starts it, streams those lines and reads the result.
@@ -181,15 +181,14 @@ def plain_step(device, lr):
     return step
 
 
-def lockstep_probe(device, steps=100, size=512):
+def parallel_probe(device, steps=100, size=512):
     """Rank 0's seconds for matrix products alone, then with every rank at once."""
     # The yardstick of the speed-up, taken by the job's own processes, so that the
     # scheduler treats it as it treats DDP's: each process multiplies matrices on one
-    # intra-op thread, and all of them finish together (a barrier). One thread is set
-    # here and not by use_one_core: a mutation of that function must change what the
-    # job computes with, not the yardstick. No all_reduce after every product: on this
-    # 2-core machine, with both processes busy, each cost about 4 ms (a scheduler tick,
-    # measured), which would make the yardstick mostly waiting.
+    # intra-op thread (devices.one_thread), and all of them finish together (a
+    # barrier). No all_reduce after every product: on this 2-core machine, with both
+    # processes busy, each cost about 4 ms (a scheduler tick, measured), which would
+    # make the yardstick mostly waiting.
     a = torch.rand(size, size, device=device)
 
     def work(sync):
@@ -197,9 +196,7 @@ def lockstep_probe(device, steps=100, size=512):
             torch.mm(a, a)
         if sync:
             dist.barrier()  # the slowest rank's time, not rank 0's
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with devices.one_thread():
         dist.barrier()
         alone = None
         if dist.get_rank() == 0:  # the others wait in timed's barrier
@@ -208,17 +205,15 @@ def lockstep_probe(device, steps=100, size=512):
             devices.synchronize([device])
             alone = time.perf_counter() - start
         together = timed(lambda: work(True), device, 1)
-    finally:
-        torch.set_num_threads(threads)
     return alone, together
 
 
 def speedup(args, device):
     """Rank 0 alone on each global batch, then all ranks with DDP, in turns."""
     # Both sides run in one job and take turns, so a busy moment of the machine slows
-    # one turn, not the comparison; the lock-step probe just before each turn says
-    # what the machine gave then (lockstep_probe). While rank 0 runs alone, the others
-    # wait at a barrier.
+    # one turn, not the comparison; the probe just before each turn says what the
+    # machine gave then (parallel_probe). While rank 0 runs alone, the others wait at a
+    # barrier.
     # Alone times (job and probe) are the best over all turns: a one-core run is the
     # machine's, not the moment's, and a busy moment only slows it (it would make a
     # speed-up and a capacity look larger than they are).
@@ -234,10 +229,10 @@ def speedup(args, device):
     if rank == 0:
         run(alone_step, whole[:args.warmup])
     run(ddp_step, shards[:args.warmup])
-    lockstep_probe(device, steps=2)  # warms up the probe's product and all_reduce
+    parallel_probe(device, steps=2)  # warms up the probe's products and barriers
     alone, together, probes = [], [], []
     for _ in range(args.repeats):
-        probes.append(lockstep_probe(device))  # the machine's capacity now
+        probes.append(parallel_probe(device))  # the machine's capacity now
         dist.barrier()
         if rank == 0:  # the one-process side
             start = time.perf_counter()
