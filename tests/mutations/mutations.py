@@ -84,16 +84,20 @@ SHARD_JOBS = 'tests/jobs/test_shard_workers.py::'
 ZERO1_TEST = SHARD_JOBS + 'test_zero1_from_scratch_equals_ddp[2]'
 # chapter 8's cost model and its hidden asserts: arithmetic, no job and no timing
 COST_MODEL = ['def step_seconds(']
+# chapter 6's k devices against 1 after one step (cells 9-10): the bugs of the from-scratch
+# code are caught there, without the timed cells that make a selection run alone
+ONE_STEP = ((CH6, ['def one_step(']),)
 
 MUTATIONS = [
     Mutation('a-get_params-no-copy',
              'get_params without copy=True: replicas on one device share storage',
              'scratch.py', 'p.detach().to(device, copy=True)', 'p.detach().to(device)',
-             SCRATCH_TESTS, (CH4, CH6)),
+             SCRATCH_TESTS, (CH4, CH6), checks=ONE_STEP),
     Mutation('b-allreduce-rebinds-broadcast',
              "allreduce rebinds the broadcast loop's list entries (d2l's bug)",
              'scratch.py', 'data[i][:] = data[0].to(data[i].device)',
-             'data[i] = data[0].to(data[i].device)', SCRATCH_TESTS, (CH4, CH6)),
+             'data[i] = data[0].to(data[i].device)', SCRATCH_TESTS, (CH4, CH6),
+             checks=ONE_STEP),
     Mutation('c-split_batch-drops-remainder',
              'split_batch drops the len(X) % k examples of an uneven batch',
              'scratch.py',
@@ -102,14 +106,14 @@ MUTATIONS = [
              'kept = len(X) - len(X) % len(devices)\n'
              '    X_shards = torch.tensor_split(X[:kept], len(devices))\n'
              '    y_shards = torch.tensor_split(y[:kept], len(devices))',
-             SCRATCH_TESTS, (CH5, CH6)),
+             SCRATCH_TESTS, (CH5, CH6), checks=ONE_STEP),
     Mutation('d-sgd-divides-by-shard',
              'train_batch: each replica divides its gradient by its shard size',
              'scratch.py',
              'for params in device_params:\n        sgd(params, lr, X.shape[0])',
              'for params, X_shard in zip(device_params, X_shards):\n'
              '        sgd(params, lr, len(X_shard))',
-             SCRATCH_TESTS, (CH6,)),
+             SCRATCH_TESTS, (CH6,), checks=ONE_STEP),
     Mutation('e-ring-skips-a-hop',
              'ring_allreduce: reduce-scatter takes k - 2 hops instead of k - 1',
              'collectives.py', 'for step in range(k - 1):  # reduce-scatter',

@@ -54,6 +54,10 @@ def test_selections_that_hold_a_timed_cell_run_alone():
                  'h-cost-model-star-traffic'):  # correctness and arithmetic: shared
         assert not alone(name, mu.CH8), name
     assert alone('control', mu.CH6)  # the threads' speed-up check: alone
+    assert alone('q-use_one_core-does-nothing', mu.CH6)  # caught in that cell
+    for name in ('a-get_params-no-copy', 'b-allreduce-rebinds-broadcast',
+                 'c-split_batch-drops-remainder', 'd-sgd-divides-by-shard'):
+        assert not alone(name, mu.CH6), name  # k devices against 1: shared
     assert mu.measures_time(mu.cells_of(mu.CH8), mu.CH8, None)  # the whole chapter
 
 
