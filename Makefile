@@ -26,7 +26,8 @@ SHARED := $(addprefix book/,01_splitting_the_problem.ipynb 02_data_parallelism.i
           05_distributing_data.ipynb 09_sharded_data_parallelism.ipynb)
 ALONE  := $(filter-out $(SHARED),$(sort $(wildcard book/[0-9][0-9]_*.ipynb)))
 
-.PHONY: book test tests unit nbval execute lab reader-copies clean distclean
+.PHONY: book test tests unit nbval execute lab reader-copies clean distclean \
+        lane-tests lane-beside
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
@@ -43,20 +44,44 @@ book: $(STAMP)
 	$(VENV)/bin/jupyter-book build --all -W -n --keep-going .
 	@echo "Open the book: file://$(CURDIR)/_build/html/index.html"
 
-# make test: the tests, then the chapters that time nothing, JOBS at a time; then the
-# chapters that measure speed, alone and in order (anything beside them slows one side of
-# a speed-up: measured, a nice-19 lane beside chapter 6 still made it 1.5x slower).
-test: tests nbval
-
 # --durations: the slowest tests and cells, so that a slow CI run shows what got slower
+RUN_TESTS  := $(PY) -m pytest $(XDIST) --durations=10 tests
+RUN_SHARED := $(PY) -m pytest $(XDIST) $(NBVAL) --durations=5 $(SHARED)
+# make test runs the training chapter beside the tests and the chapters that time
+# nothing: its two ten-epoch runs (most of its time) use one core, and nothing checks
+# their speed. Its cells that measure speed take the machine alone while the other lane
+# waits (a file lock, conftest.py), then the other chapters that measure speed run
+# alone and in order (anything beside them slows one side of a speed-up: measured, a
+# nice-19 lane beside chapter 6 still made it 1.5x slower). JOBS=1: one after the other.
+BESIDE := book/06_training.ipynb
+LATER  := $(filter-out $(BESIDE),$(ALONE))
+LOCK   := $(CURDIR)/_build/quiet.lock
+
+test: $(STAMP)
+	@mkdir -p _build
+	MULTIGPU_QUIET_LOCK=$(LOCK) $(MAKE) --no-print-directory -j$(if $(XDIST),2,1) \
+	  lane-tests lane-beside
+	$(PY) -m pytest $(NBVAL) --durations=10 $(LATER)
+
+# make test's two lanes; the second's output is printed once it ends (_build/beside.log)
+lane-tests: $(STAMP)
+	$(RUN_TESTS)
+	$(RUN_SHARED)
+
+lane-beside: $(STAMP)
+	@echo "$(BESIDE) runs beside the tests; its output follows when it ends"
+	@$(PY) -m pytest $(NBVAL) --durations=10 $(BESIDE) > _build/beside.log 2>&1; \
+	  rc=$$?; echo "---- $(BESIDE), run beside the tests:"; cat _build/beside.log; \
+	  exit $$rc
+
 tests: $(STAMP)
-	$(PY) -m pytest $(XDIST) --durations=10 tests
+	$(RUN_TESTS)
 
 unit: $(STAMP)
 	$(PY) -m pytest -m "not slow" tests
 
 nbval: $(STAMP)
-	$(PY) -m pytest $(XDIST) $(NBVAL) --durations=5 $(SHARED)
+	$(RUN_SHARED)
 	$(PY) -m pytest $(NBVAL) --durations=10 $(ALONE)
 
 execute: $(STAMP)

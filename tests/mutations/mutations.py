@@ -216,12 +216,13 @@ MUTATIONS = [
              checks=((CH8, ['dp.check_speedup(']),)),
 ]
 
-# The cells that measure time (chapter 6's speed-up check, chapter 8's allreduce
-# bandwidths and its speed-up): a selection that holds one runs alone, after the rest
-# (measures_time). Chapter 6's check is busy-aware, but its yardstick was fooled beside
-# other work (capacity 1.75-2.00 beside two busy processes, the threads' speed-up
-# 0.85-1.27, measured), so it does not share the machine either.
-TIMED = {CH6: ('dp.check_speedup(',),
+# The cells that measure time (chapter 6's speed-up table and check, chapter 8's
+# allreduce bandwidths and its speed-up): a selection that holds one runs alone, after
+# the rest (measures_time), and in make test chapter 6's hold the machine alone while
+# the other lane waits (conftest.py). Chapter 6's check is busy-aware, but its
+# yardstick was fooled beside other work (capacity 1.75-2.00 beside two busy processes,
+# the threads' speed-up 0.85-1.27, measured), so it does not share the machine either.
+TIMED = {CH6: ('def time_steps(', 'dp.check_speedup('),
          CH8: ("launch.run(perf_workers, k, 'allreduce', '--mb', 25",
                'dp.check_speedup(')}
 
