@@ -58,7 +58,6 @@ LATER  := $(filter-out $(BESIDE),$(ALONE))
 LOCK   := $(CURDIR)/_build/quiet.lock
 
 test: $(STAMP)
-	@mkdir -p _build
 	MULTIGPU_QUIET_LOCK=$(LOCK) $(MAKE) --no-print-directory -j$(if $(XDIST),2,1) \
 	  lane-tests lane-beside
 	$(PY) -m pytest $(NBVAL) --durations=10 $(LATER)
@@ -69,7 +68,7 @@ lane-tests: $(STAMP)
 	$(RUN_SHARED)
 
 lane-beside: $(STAMP)
-	@echo "$(BESIDE) runs beside the tests; its output follows when it ends"
+	@mkdir -p _build; echo "$(BESIDE) runs beside the tests; its output follows when it ends"
 	@$(PY) -m pytest $(NBVAL) --durations=10 $(BESIDE) > _build/beside.log 2>&1; \
 	  rc=$$?; echo "---- $(BESIDE), run beside the tests:"; cat _build/beside.log; \
 	  exit $$rc
