@@ -23,6 +23,7 @@ LOCK_ENV = 'MULTIGPU_QUIET_LOCK'
 @contextlib.contextmanager
 def holding(path, alone):
     """Hold the lock at path: alone (exclusive), or shared with other shared holders."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)  # a fresh clone has no _build
     with open(f'{path}.turnstile', 'a') as turnstile, open(path, 'a') as lock:
         fcntl.flock(turnstile, fcntl.LOCK_EX)  # a waiting timed cell holds it: wait
         try:

@@ -95,7 +95,7 @@ def test_only_the_training_chapters_speed_cells_take_the_machine_alone():
 @pytest.mark.slow
 def test_nbval_cells_hold_the_lock_shared_and_timed_cells_alone(tmp_path):
     """A notebook named as chapter 6, run by nbval: each cell tries the lock itself."""
-    lock = tmp_path / 'quiet.lock'
+    lock = tmp_path / '_build' / 'quiet.lock'  # a folder that does not exist yet
     probe = ('import fcntl, os\n'
              f'print(repr(os.environ.get({lanes.LOCK_ENV!r})))  # none for its children\n'
              f'with open({str(lock)!r}, "a") as f:\n'
