@@ -186,4 +186,5 @@ gpu-check: $(STAMP)
 .PHONY: mutations
 
 mutations: $(STAMP)
-	JOBS=$(JOBS) MULTIGPU_MUTATIONS=1 $(PY) -m pytest -v tests/mutations/test_mutations.py
+	@# the matrix only: make test runs the file's other tests (its record test takes a minute)
+	JOBS=$(JOBS) MULTIGPU_MUTATIONS=1 $(PY) -m pytest -v -m matrix tests/mutations/test_mutations.py

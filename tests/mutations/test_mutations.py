@@ -127,6 +127,7 @@ def of(done, label):
     return [o for (name, _), o in done.items() if name == label]
 
 
+@pytest.mark.matrix  # make mutations runs these alone: make test ran the rest
 @SLOW
 def test_unmutated_copy_passes_every_check(outcomes):
     failed = [f'{o.place} ({", ".join(t for t, _ in o.failures[:3])})'
@@ -134,6 +135,7 @@ def test_unmutated_copy_passes_every_check(outcomes):
     assert not failed, f'the unmutated copy fails: {"; ".join(failed)}'
 
 
+@pytest.mark.matrix
 @SLOW
 @pytest.mark.parametrize('mutation', mu.MUTATIONS, ids=[m.name for m in mu.MUTATIONS])
 def test_mutation_is_caught(mutation, outcomes):
@@ -220,3 +222,18 @@ def test_a_whole_run_of_tests_leaves_its_record_and_a_partial_one_none(tmp_path)
     assert run('tests', '-k', 'fails') is None
     assert run('tests', '-m', 'not slow') is None
     assert run('tests/unit') is None  # a part of tests/
+
+
+def test_make_mutations_runs_every_matrix_test_and_only_those():
+    """A test skipped outside make mutations is marked matrix, or it would never run."""
+    marks = {name: {m.name for m in getattr(f, 'pytestmark', [])}
+             for name, f in globals().items() if name.startswith('test_')}
+    slow = {name for name, f in globals().items() if name.startswith('test_') and any(
+        m.name == 'skipif' and m.kwargs.get('reason') == SLOW.kwargs['reason']
+        for m in getattr(f, 'pytestmark', []))}
+    matrix = {name for name, found in marks.items() if 'matrix' in found}
+    assert slow == matrix == {'test_unmutated_copy_passes_every_check',
+                              'test_mutation_is_caught'}, (slow, matrix)
+    plan = subprocess.run(['make', '-n', 'mutations'], cwd=mu.ROOT, text=True,
+                          capture_output=True, timeout=60).stdout
+    assert '-m matrix tests/mutations/test_mutations.py' in plan, plan
