@@ -25,10 +25,29 @@ def run(world_size, *args, max_restarts=0):
 
 # --- torchrun jobs -------------------------------------------------------------------
 
+class TrainRuns(dict):
+    """The `train` mode's records by k, each job started when a test first needs it."""
+
+    def __missing__(self, k):
+        self[k] = run(k, 'train', '--steps', 2)[0]
+        return self[k]
+
+
 @pytest.fixture(scope='module')
 def train_runs(fashion_root):
-    """The `train` mode (DDP, ZeRO, FSDP2 with Adam) for k = 1, 2, 3, 4."""
-    return {k: run(k, 'train', '--steps', 2)[0] for k in (1, 2, 3, 4)}
+    """The `train` mode (DDP, ZeRO, FSDP2 with Adam) for k = 1, 2, 3, 4, on demand: a
+    mutation's one test (tests/mutations) then starts only the jobs it reads."""
+    return TrainRuns()
+
+
+def test_train_runs_start_each_job_once_and_only_when_asked(monkeypatch):
+    started = []
+    monkeypatch.setattr(sys.modules[__name__], 'run',
+                        lambda k, *args: (started.append(k) or {'world_size': k}, ''))
+    runs = TrainRuns()
+    assert runs[2]['world_size'] == 2 and runs[2] is runs[2]
+    runs[4]
+    assert started == [2, 4]
 
 
 @pytest.mark.parametrize('k', [2, 3, 4])
