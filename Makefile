@@ -62,10 +62,14 @@ test: $(STAMP)
 	  lane-tests lane-beside
 	$(PY) -m pytest $(NBVAL) --durations=10 $(LATER)
 
-# make test's two lanes; the second's output is printed once it ends (_build/beside.log)
+# make test's two lanes; the second's output is printed once it ends (_build/beside.log).
+# ALSO: targets that time nothing, run in the first lane after the chapters, on the core
+# that chapter 6's lane leaves (CI: make test ALSO=browser-check)
+ALSO ?=
 lane-tests: $(STAMP)
 	$(RUN_TESTS)
 	$(RUN_SHARED)
+	$(if $(ALSO),$(MAKE) --no-print-directory $(ALSO))
 
 lane-beside: $(STAMP)
 	@mkdir -p _build; echo "$(BESIDE) runs beside the tests; its output follows when it ends"

@@ -92,6 +92,20 @@ def test_only_the_training_chapters_speed_cells_take_the_machine_alone():
     assert '--dist' not in beside and other.isdisjoint(beside.split('/'))
 
 
+def test_ci_runs_the_browser_check_in_the_first_lane_before_the_timed_chapters():
+    """make test ALSO=browser-check (.ci/run): after the shared chapters, in the lanes."""
+    def plan(*args):
+        return subprocess.run(['make', '-n', 'test', *args], cwd=ROOT, text=True,
+                              capture_output=True, check=True).stdout.splitlines()
+    lines = plan('ALSO=browser-check')
+    where = lambda *words: next(i for i, line in enumerate(lines)
+                                if all(word in line for word in words))
+    shared, browser = where('--nbval', '--dist'), where('tests/browser')
+    later = where('--nbval', '07_distributed')
+    assert shared < browser < later, lines
+    assert not any('browser' in line for line in plan()), 'make test alone: no browser'
+
+
 @pytest.mark.slow
 def test_nbval_cells_hold_the_lock_shared_and_timed_cells_alone(tmp_path):
     """A notebook named as chapter 6, run by nbval: each cell tries the lock itself."""
