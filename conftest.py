@@ -1,4 +1,5 @@
 """make test's lanes share the machine; the cells that time it get it to themselves.
+(Below: nbval's record of the whole chapters that passed, for make mutations.)
 
 `make test` runs the training chapter beside the tests and the chapters that time
 nothing: its ten-epoch runs use one core and nothing checks their speed. Its speed-up
@@ -11,6 +12,7 @@ plain `pytest`, the mutation copies), nothing is locked.
 import contextlib
 import fcntl
 import importlib.util
+import json
 import os
 import sys
 from pathlib import Path
@@ -39,14 +41,19 @@ def holding(path, alone):
                 fcntl.flock(turnstile, fcntl.LOCK_UN)
 
 
-def timed_needles(chapter):
-    """The needles of the chapter's cells that measure time (tests/mutations/TIMED)."""
-    if 'mutations' not in sys.modules:  # as tests/conftest.py loads it
+def _harness():
+    """tests/mutations/mutations.py, loaded once (as tests/conftest.py loads it)."""
+    if 'mutations' not in sys.modules:
         path = Path(__file__).parent / 'tests' / 'mutations' / 'mutations.py'
         spec = importlib.util.spec_from_file_location('mutations', path)
         sys.modules['mutations'] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(sys.modules['mutations'])
-    return sys.modules['mutations'].TIMED.get(chapter, ())
+    return sys.modules['mutations']
+
+
+def timed_needles(chapter):
+    """The needles of the chapter's cells that measure time (tests/mutations/TIMED)."""
+    return _harness().TIMED.get(chapter, ())
 
 
 def measures_time(item):
@@ -72,3 +79,50 @@ def pytest_runtest_protocol(item, nextitem):
             yield
     finally:
         os.environ[LOCK_ENV] = path
+
+
+# ---- make test's record of whole chapters that nbval passed -------------------------
+# `make mutations` runs the unmutated copy's checks as its control; where a chapter's
+# checks are the whole chapter, nbval passing it here, in the mode the harness uses and
+# on the very same files (its fingerprint), is that control: the harness reads
+# _build/passed-notebooks/<chapter>.json instead of running the chapter again.
+
+_NOTEBOOKS = {}  # {notebook path: 'passed' or 'failed'} while a session records
+
+
+def _records(config):
+    """Whether this session runs nbval as make test does, on whole notebooks."""
+    option = config.option
+    return (getattr(option, 'nbval', False) and not getattr(option, 'nbval_lax', False)
+            and getattr(option, 'nbval_current_env', False)
+            and _harness().SANITIZE in str(getattr(option, 'nbval_sanitize_with', ''))
+            and not (option.keyword or option.markexpr or getattr(option, 'lf', False)
+                     or getattr(option, 'deselect', None) or option.maxfail))
+
+
+def pytest_sessionstart(session):
+    if not hasattr(session.config, 'workerinput') and _records(session.config):
+        _NOTEBOOKS['fingerprint'] = _harness().fingerprint(session.config.rootpath)
+
+
+def pytest_runtest_logreport(report):
+    path, cell, _ = report.nodeid.partition('::Cell ')
+    if 'fingerprint' not in _NOTEBOOKS or not cell or not path.endswith('.ipynb'):
+        return
+    if report.failed or report.skipped:
+        _NOTEBOOKS[path] = 'failed'
+    else:
+        _NOTEBOOKS.setdefault(path, 'passed')
+
+
+def pytest_sessionfinish(session, exitstatus):
+    fingerprint = _NOTEBOOKS.pop('fingerprint', None)
+    if fingerprint is None or exitstatus not in (0, 1):  # 2: interrupted, 3-5: not run
+        return
+    folder = session.config.rootpath / '_build' / 'passed-notebooks'
+    folder.mkdir(parents=True, exist_ok=True)
+    for path, outcome in _NOTEBOOKS.items():
+        record = folder / f'{Path(path).name}.json'
+        record.unlink(missing_ok=True)
+        if outcome == 'passed':
+            record.write_text(json.dumps({'fingerprint': fingerprint}) + '\n')

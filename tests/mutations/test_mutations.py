@@ -9,6 +9,7 @@ cell selection still applies) always run.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -237,3 +238,58 @@ def test_make_mutations_runs_every_matrix_test_and_only_those():
     plan = subprocess.run(['make', '-n', 'mutations'], cwd=mu.ROOT, text=True,
                           capture_output=True, timeout=60).stdout
     assert '-m matrix tests/mutations/test_mutations.py' in plan, plan
+
+
+def test_the_control_reuses_a_whole_chapter_only_from_a_passing_record_of_it(
+        tmp_path, monkeypatch):
+    record = tmp_path / f'{mu.CH4}.json'
+
+    def reused(chapter=mu.CH4, **content):
+        record.write_text(json.dumps({'fingerprint': mu.fingerprint(), **content}))
+        return mu.recorded_chapter(chapter, tmp_path)
+
+    outcome = reused()
+    assert outcome.place == 'checks of 04_data_synchronization' and not outcome.failed
+    assert 'make test' in outcome.note
+    assert reused(fingerprint='0' * 64) is None  # other files, or another torch
+    (tmp_path / f'{mu.CH6}.json').write_text(record.read_text())
+    assert mu.recorded_chapter(mu.CH6, tmp_path) is None  # a selection: not nbval's run
+    record.write_text('{"finger')  # torn
+    assert mu.recorded_chapter(mu.CH4, tmp_path) is None
+    record.unlink()
+    assert mu.recorded_chapter(mu.CH4, tmp_path) is None
+    import torch
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    assert reused() is None  # make test ran on GPUs, the copies run on the CPU
+
+
+@pytest.mark.slow
+def test_nbval_records_only_a_whole_chapter_that_passed(tmp_path):
+    """The root conftest.py on a one-cell chapter: which runs leave its record."""
+    (tmp_path / 'pytest.ini').write_text('[pytest]\n')
+    (tmp_path / 'conftest.py').write_text((mu.ROOT / 'conftest.py').read_text().replace(
+        "Path(__file__).parent / 'tests'", f"Path({str(mu.ROOT / 'tests')!r})"))
+    (tmp_path / 'tests').mkdir()
+    shutil.copy(mu.ROOT / mu.SANITIZE, tmp_path / mu.SANITIZE)
+    (tmp_path / 'book').mkdir()
+    chapter = tmp_path / 'book' / mu.CH4
+    record = tmp_path / '_build' / 'passed-notebooks' / f'{mu.CH4}.json'
+
+    def run(printed, *options):
+        chapter.write_text(json.dumps({
+            'cells': [{'cell_type': 'code', 'execution_count': 1, 'metadata': {},
+                       'outputs': [{'name': 'stdout', 'output_type': 'stream',
+                                    'text': [printed]}], 'source': 'print(1 + 1)'}],
+            'metadata': {'kernelspec': {'name': 'python3', 'display_name': 'Python 3',
+                                        'language': 'python'}},
+            'nbformat': 4, 'nbformat_minor': 5}))
+        subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
+                        *mu.NBVAL[:-1], *options, f'book/{mu.CH4}'], cwd=tmp_path,
+                       env=mu.environment(mu.ROOT), capture_output=True, timeout=300)
+        return json.loads(record.read_text()) if record.exists() else None
+
+    assert run('2\n') == {'fingerprint': mu.fingerprint(tmp_path)}
+    record.unlink()
+    assert run('2\n', '-k', 'Cell') is None  # a part of the chapter
+    assert run('2\n', '--nbval-lax') is None  # outputs not compared
+    assert run('2\n') and run('3\n') is None  # a cell failed: the last pass is gone
