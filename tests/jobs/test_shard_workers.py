@@ -1,6 +1,7 @@
 """data_parallel.jobs.shard_workers: ZeRO-1 from scratch, ZeroRedundancyOptimizer and
 FSDP2 against DDP, memory per rank, and a killed FSDP2 job resumed from DCP snapshots.
 Every job runs on the CPU (gloo) with a few steps on a slice of Fashion-MNIST."""
+import json
 import subprocess
 import sys
 
@@ -50,7 +51,8 @@ def test_train_runs_start_each_job_once_and_only_when_asked(monkeypatch):
     assert started == [2, 4]
 
 
-@pytest.mark.parametrize('k', [2, 3, 4])
+# k = 3 is chapter 9's job (zero1_runs), with these asserts in its hidden cell: one check
+@pytest.mark.parametrize('k', [2, 4])
 def test_zero1_from_scratch_equals_ddp(fashion_root, k):
     """Ring reduce-scatter + all-gather equal all_reduce; ZeRO-1 steps equal DDP's."""
     result, _ = run(k, 'zero1', '--steps', 2)
@@ -63,6 +65,21 @@ def test_zero1_from_scratch_equals_ddp(fashion_root, k):
         sent = result['socket_bytes_per_step']
         for ddp, zero1 in zip(sent['ddp'], sent['zero1']):
             assert zero1 == pytest.approx(ddp, rel=0.05), sent
+
+
+def test_chapter_9_runs_zero1_at_k_3_with_the_same_asserts():
+    """The other half of the one check above: the chapter's job and hidden cell."""
+    chapter = dp.repo_root() / 'book' / '09_sharded_data_parallelism.ipynb'
+    sources = [''.join(c['source']) for c in json.loads(chapter.read_text())['cells']]
+    job = next(i for i, s in enumerate(sources) if 'zero1_runs = {k: launch.run(' in s)
+    assert "'zero1'" in sources[job] and 'for k in (2, 3)}' in sources[job]
+    checks = next(s for s in sources[job:] if 'for k, run in zero1_runs.items():' in s
+                  and 'assert' in s)
+    for needle in ("run['checked'] and run['world_size'] == k",
+                   "run['max_difference'] < 1e-6",
+                   "sum(run['momentum_values']) == run['num_params'] == 129_068",
+                   "max(run['momentum_values']) - min(run['momentum_values']) <= 1"):
+        assert needle in checks, needle
 
 
 @pytest.mark.parametrize('k', [2, 3, 4])
