@@ -235,7 +235,8 @@ def test_make_mutations_runs_every_matrix_test_and_only_those():
     matrix = {name for name, found in marks.items() if 'matrix' in found}
     assert slow == matrix == {'test_unmutated_copy_passes_every_check',
                               'test_mutation_is_caught'}, (slow, matrix)
-    plan = subprocess.run(['make', '-n', 'mutations'], cwd=mu.ROOT, text=True,
+    env = {k: v for k, v in os.environ.items() if k not in ('MAKEFLAGS', 'MAKELEVEL')}
+    plan = subprocess.run(['make', '-n', 'mutations'], cwd=mu.ROOT, text=True, env=env,
                           capture_output=True, timeout=60).stdout
     assert '-m matrix tests/mutations/test_mutations.py' in plan, plan
 

@@ -57,6 +57,15 @@ def test_a_timed_holder_waits_for_the_shared_ones_and_keeps_new_ones_out(tmp_pat
                       ('timed', 'out'), ('shared 2', 'in'), ('shared 2', 'out')]
 
 
+def make_plan(*args):
+    """What `make -n test args` would run, free of the make that may be running us (its
+    MAKEFLAGS carry command-line variables, such as CI's ALSO, into every make below)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ('MAKEFLAGS', 'MFLAGS', 'MAKELEVEL')}
+    return subprocess.run(['make', '-n', 'test', *args], cwd=ROOT, env=env, text=True,
+                          capture_output=True, check=True).stdout.splitlines()
+
+
 class Cell:
     """What the hook reads of an item: its notebook's path and, for nbval, its cell."""
 
@@ -83,8 +92,7 @@ def test_only_the_training_chapters_speed_cells_take_the_machine_alone():
     assert len(long_runs) == 2 and not set(long_runs) & set(training)
     assert not lanes.measures_time(type('TestItem', (), {'path': ROOT})())
     # the chapters of the other lane hold no timed cell (chapter 8's run alone later)
-    plan = subprocess.run(['make', '-n', 'test'], cwd=ROOT, capture_output=True,
-                          text=True, check=True).stdout.splitlines()
+    plan = make_plan()
     shared, = [line for line in plan if '--nbval' in line and '--dist' in line]
     other = {name for name in timed if name in shared}
     assert len(other) >= 5 and not any(timed[name] for name in other), timed
@@ -94,16 +102,13 @@ def test_only_the_training_chapters_speed_cells_take_the_machine_alone():
 
 def test_ci_runs_the_browser_check_in_the_first_lane_before_the_timed_chapters():
     """make test ALSO=browser-check (.ci/run): after the shared chapters, in the lanes."""
-    def plan(*args):
-        return subprocess.run(['make', '-n', 'test', *args], cwd=ROOT, text=True,
-                              capture_output=True, check=True).stdout.splitlines()
-    lines = plan('ALSO=browser-check')
+    lines = make_plan('ALSO=browser-check')
     where = lambda *words: next(i for i, line in enumerate(lines)
                                 if all(word in line for word in words))
     shared, browser = where('--nbval', '--dist'), where('tests/browser')
     later = where('--nbval', '07_distributed')
     assert shared < browser < later, lines
-    assert not any('browser' in line for line in plan()), 'make test alone: no browser'
+    assert not any('browser' in line for line in make_plan()), 'make test: no browser'
 
 
 @pytest.mark.slow
