@@ -570,15 +570,15 @@ def tasks(folder, mutation=None, unit=None, chapters=None):
     stop_first = mutation is not None
     label = mutation.name if mutation else 'control'
     recorded = None if mutation else recorded_outcome(unit)
-    run_unit = ((lambda: recorded) if recorded else
+    run_unit = ((lambda outcome=recorded: outcome) if recorded else
                 functools.partial(unit_run, root, unit, stop_first))
     found = [Task(label, '', run_unit)]
-    for chapter in chapters:
-        recorded = None if mutation else recorded_chapter(chapter)
-        run = ((lambda outcome=recorded: outcome) if recorded else
+    for chapter in chapters:  # (not named `recorded`: run_unit reads that name)
+        passed = None if mutation else recorded_chapter(chapter)
+        run = ((lambda outcome=passed: outcome) if passed else
                functools.partial(run_chapter, root, chapter, origins[chapter],
                                  stop_first))
-        found.append(Task(label, chapter, run, alone=not recorded and measures_time(
+        found.append(Task(label, chapter, run, alone=not passed and measures_time(
             cells_of(chapter), chapter, needles_of(chapter, mutation))))
     return found
 

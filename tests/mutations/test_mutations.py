@@ -7,6 +7,7 @@ slow part (minutes) runs only under `make mutations` (MULTIGPU_MUTATIONS=1), whi
 prints which check caught which bug; the quick tests at the top (every mutation and
 cell selection still applies) always run.
 """
+import functools
 import json
 import os
 import shutil
@@ -294,3 +295,17 @@ def test_nbval_records_only_a_whole_chapter_that_passed(tmp_path):
     assert run('2\n', '-k', 'Cell') is None  # a part of the chapter
     assert run('2\n', '--nbval-lax') is None  # outputs not compared
     assert run('2\n') and run('3\n') is None  # a cell failed: the last pass is gone
+
+
+def test_the_control_tasks_return_the_recorded_outcomes(tmp_path, monkeypatch):
+    """tasks() of the control with make test's records: each task gives its own."""
+    unit = mu.Outcome('unit tests', False, [], 0.0, note='recorded')
+    monkeypatch.setattr(mu, 'recorded_outcome', lambda tests: unit)
+    monkeypatch.setattr(mu, 'recorded_chapter', lambda chapter: mu.Outcome(
+        f'checks of {chapter[:-6]}', False, [], 0.0) if chapter == mu.CH4 else None)
+    found = mu.tasks(tmp_path, unit=['tests/unit/test_scratch.py'],
+                     chapters=[mu.CH4, mu.CH10])
+    assert [task.chapter for task in found] == ['', mu.CH4, mu.CH10]
+    assert found[0].call() is unit
+    assert found[1].call().place == 'checks of 04_data_synchronization'
+    assert isinstance(found[2].call, functools.partial)  # not recorded: nbval runs it
