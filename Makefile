@@ -142,7 +142,9 @@ $(MATHJAX): package.json package-lock.json
 
 chromium: $(CHROMIUM) $(CHROMEDRIVER)
 
-$(CHROMIUM) $(CHROMEDRIVER):
+# one rule for both files (&:, a grouped target): with two, make -j runs apt-get twice at
+# once when both are missing, and the second fails on apt's lock (CI's setup, measured)
+$(CHROMIUM) $(CHROMEDRIVER) &:
 	$(SUDO) apt-get update -q
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium chromium-driver
 
