@@ -199,6 +199,42 @@ def test_fingerprint_follows_the_copied_files_only(tmp_path):
     assert mu.fingerprint(tmp_path) != before
 
 
+# pytest.main once per run, in one Python process: each session runs the conftest files
+# afresh (pytest executes them again), and the process pays for importing torch once
+RUNS = """
+import json, os, sys
+from pathlib import Path
+import pytest
+runs, record, found = json.loads(sys.argv[1]), Path(sys.argv[2]), []
+for run in runs:
+    if not run.get('keep'):  # keep: the last run's record stays, for this one to remove
+        record.unlink(missing_ok=True)
+    for path, text in run['write'].items():
+        Path(path).write_text(text)
+    os.environ.update(run['env'])
+    pytest.main(['-q', '-p', 'no:cacheprovider', *run['args']])
+    found.append(json.loads(record.read_text()) if record.exists() else None)
+    for name in run['env']:
+        del os.environ[name]
+Path(sys.argv[3]).write_text(json.dumps(found))
+"""
+
+
+def records_of(runs, cwd, env, record):
+    """The record that each of runs ({args, env, write, keep}) left at record, or None."""
+    found = cwd / 'records.json'
+    done = subprocess.run([sys.executable, '-c', RUNS, json.dumps(runs), str(record),
+                           str(found)], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert found.exists(), done.stdout[-2000:] + done.stderr[-2000:]
+    return json.loads(found.read_text())
+
+
+def run(*args, write=None, **env):
+    """One run for records_of: pytest's arguments, environment and files to write."""
+    return {'args': list(args), 'env': env, 'write': write or {}}
+
+
 @pytest.mark.slow
 def test_a_whole_run_of_tests_leaves_its_record_and_a_partial_one_none(tmp_path):
     root = mu.make_copy(tmp_path)
@@ -207,23 +243,17 @@ def test_a_whole_run_of_tests_leaves_its_record_and_a_partial_one_none(tmp_path)
             path.unlink()
     (root / 'tests' / 'unit' / 'test_zz_fails.py').write_text(
         'import os\n\ndef test_fails():\n    assert not os.environ.get("FAIL")\n')
-    record = root / '_build' / 'passed-tests.json'
-
-    def run(*args, **env):
-        record.unlink(missing_ok=True)
-        subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
-                        *args], cwd=root, env={**mu.environment(root), **env},
-                       capture_output=True, timeout=300)
-        return json.loads(record.read_text()) if record.exists() else None
-
-    whole = run('tests')
+    whole, failed, keyword, mark, part = records_of(
+        [run('tests'), run('tests', FAIL='1'), run('tests', '-k', 'fails'),
+         run('tests', '-m', 'not slow'), run('tests/unit')],
+        root, mu.environment(root), root / '_build' / 'passed-tests.json')
     assert whole['complete'] and whole['fingerprint'] == mu.fingerprint(root)
     assert whole['outcomes']['tests/unit/test_zz_fails.py::test_fails'] == 'passed'
     assert set(whole['outcomes'].values()) == {'passed'} and len(whole['outcomes']) > 1
-    assert not run('tests', FAIL='1')['complete']
-    assert run('tests', '-k', 'fails') is None
-    assert run('tests', '-m', 'not slow') is None
-    assert run('tests/unit') is None  # a part of tests/
+    assert not failed['complete']
+    assert keyword is None
+    assert mark is None
+    assert part is None  # a part of tests/
 
 
 def test_make_mutations_runs_every_matrix_test_and_only_those():
@@ -274,27 +304,30 @@ def test_nbval_records_only_a_whole_chapter_that_passed(tmp_path):
     (tmp_path / 'tests').mkdir()
     shutil.copy(mu.ROOT / mu.SANITIZE, tmp_path / mu.SANITIZE)
     (tmp_path / 'book').mkdir()
-    chapter = tmp_path / 'book' / mu.CH4
+    chapter = f'book/{mu.CH4}'
     record = tmp_path / '_build' / 'passed-notebooks' / f'{mu.CH4}.json'
 
-    def run(printed, *options):
-        chapter.write_text(json.dumps({
+    def nbval(printed, *options, keep=False):
+        """nbval on a chapter that stored `printed`; keep: the last run's record stays."""
+        notebook = json.dumps({
             'cells': [{'cell_type': 'code', 'execution_count': 1, 'metadata': {},
                        'outputs': [{'name': 'stdout', 'output_type': 'stream',
                                     'text': [printed]}], 'source': 'print(1 + 1)'}],
             'metadata': {'kernelspec': {'name': 'python3', 'display_name': 'Python 3',
                                         'language': 'python'}},
-            'nbformat': 4, 'nbformat_minor': 5}))
-        subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
-                        *mu.NBVAL[:-1], *options, f'book/{mu.CH4}'], cwd=tmp_path,
-                       env=mu.environment(mu.ROOT), capture_output=True, timeout=300)
-        return json.loads(record.read_text()) if record.exists() else None
+            'nbformat': 4, 'nbformat_minor': 5})
+        return {**run(*mu.NBVAL[:-1], *options, chapter, write={chapter: notebook}),
+                'keep': keep}
 
-    assert run('2\n') == {'fingerprint': mu.fingerprint(tmp_path)}
-    record.unlink()
-    assert run('2\n', '-k', 'Cell') is None  # a part of the chapter
-    assert run('2\n', '--nbval-lax') is None  # outputs not compared
-    assert run('2\n') and run('3\n') is None  # a cell failed: the last pass is gone
+    passed, keyword, lax, again, failed = records_of(
+        [nbval('2\n'), nbval('2\n', '-k', 'Cell'), nbval('2\n', '--nbval-lax'),
+         nbval('2\n'), nbval('3\n', keep=True)], tmp_path, mu.environment(mu.ROOT),
+        record)
+    (tmp_path / chapter).write_text(nbval('2\n')['write'][chapter])  # as it passed
+    assert passed == again == {'fingerprint': mu.fingerprint(tmp_path)}
+    assert keyword is None  # a part of the chapter
+    assert lax is None  # outputs not compared
+    assert failed is None  # a cell failed: the record of the pass before it is gone
 
 
 def test_the_control_tasks_return_the_recorded_outcomes(tmp_path, monkeypatch):
