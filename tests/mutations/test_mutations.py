@@ -221,10 +221,10 @@ Path(sys.argv[3]).write_text(json.dumps(found))
 
 
 def records_of(runs, cwd, env, record):
-    """The record that each of runs ({args, env, write, keep}) left at record, or None."""
+    """What each of runs ({args, env, write, keep}) left at record (None: nothing)."""
     found = cwd / 'records.json'
-    done = subprocess.run([sys.executable, '-c', RUNS, json.dumps(runs), str(record),
-                           str(found)], cwd=cwd, env=env, capture_output=True, text=True,
+    command = [sys.executable, '-c', RUNS, json.dumps(runs), str(record), str(found)]
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=600)
     assert found.exists(), done.stdout[-2000:] + done.stderr[-2000:]
     return json.loads(found.read_text())
@@ -308,7 +308,7 @@ def test_nbval_records_only_a_whole_chapter_that_passed(tmp_path):
     record = tmp_path / '_build' / 'passed-notebooks' / f'{mu.CH4}.json'
 
     def nbval(printed, *options, keep=False):
-        """nbval on a chapter that stored `printed`; keep: the last run's record stays."""
+        """nbval on a chapter that stored `printed`; keep: the last record stays."""
         notebook = json.dumps({
             'cells': [{'cell_type': 'code', 'execution_count': 1, 'metadata': {},
                        'outputs': [{'name': 'stdout', 'output_type': 'stream',
