@@ -23,6 +23,18 @@ def throttle():
 
 
 @pytest.fixture(scope='session')
+def make_env():
+    """os.environ without the flags of a make above: for a test's own `make -n`.
+
+    Inside `make test` (and CI's `make test ALSO=...`) make exports MAKEFLAGS, MAKELEVEL
+    and the command-line variables to every make below it: a test's `make -n` would
+    then print directory lines and plan another command than a plain `make` does.
+    """
+    return {key: value for key, value in os.environ.items()
+            if key not in ('MAKEFLAGS', 'MFLAGS', 'MAKELEVEL')}
+
+
+@pytest.fixture(scope='session')
 def fashion_root():
     """The data folder that holds Fashion-MNIST; skip the test when there is none."""
     root = dp.data_root()

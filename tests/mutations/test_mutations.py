@@ -256,7 +256,7 @@ def test_a_whole_run_of_tests_leaves_its_record_and_a_partial_one_none(tmp_path)
     assert part is None  # a part of tests/
 
 
-def test_make_mutations_runs_every_matrix_test_and_only_those():
+def test_make_mutations_runs_every_matrix_test_and_only_those(make_env):
     """A test skipped outside make mutations is marked matrix, or it would never run."""
     marks = {name: {m.name for m in getattr(f, 'pytestmark', [])}
              for name, f in globals().items() if name.startswith('test_')}
@@ -266,9 +266,8 @@ def test_make_mutations_runs_every_matrix_test_and_only_those():
     matrix = {name for name, found in marks.items() if 'matrix' in found}
     assert slow == matrix == {'test_unmutated_copy_passes_every_check',
                               'test_mutation_is_caught'}, (slow, matrix)
-    env = {k: v for k, v in os.environ.items() if k not in ('MAKEFLAGS', 'MAKELEVEL')}
-    plan = subprocess.run(['make', '-n', 'mutations'], cwd=mu.ROOT, text=True, env=env,
-                          capture_output=True, timeout=60).stdout
+    plan = subprocess.run(['make', '-n', 'mutations'], cwd=mu.ROOT, text=True,
+                          env=make_env, capture_output=True, timeout=60).stdout
     assert '-m matrix tests/mutations/test_mutations.py' in plan, plan
 
 

@@ -64,13 +64,14 @@ def test_a_failing_stage_stops_the_run_with_its_exit_code(tmp_path):
     assert 'FAILED' not in out  # a plain failure is not called a budget overrun
 
 
-def test_setup_installs_chromium_with_one_apt_get_when_both_files_are_missing(tmp_path):
-    """make -j3's setup: a second apt-get at once fails on apt's lock (measured in CI)."""
-    env = {k: v for k, v in os.environ.items() if k not in ('MAKEFLAGS', 'MAKELEVEL')}
+def test_setup_installs_chromium_with_one_apt_get_when_both_files_are_missing(
+        tmp_path, make_env):
+    """make -j3's setup: a second apt-get at once fails on apt's lock (seen in CI)."""
     plan = subprocess.run(['make', '-n', '-j3', 'chromium',
                            f'CHROMIUM={tmp_path / "chromium"}',
                            f'CHROMEDRIVER={tmp_path / "chromedriver"}'],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+                          cwd=ROOT, env=make_env, capture_output=True, text=True,
+                          timeout=60)
     assert plan.returncode == 0, plan.stderr
     assert plan.stdout.count('apt-get install') == 1, plan.stdout
     assert plan.stdout.count('apt-get update') == 1, plan.stdout

@@ -3,7 +3,6 @@ runner are simulated, so the control flow, the summary and the exit codes are te
 here; the steps themselves only run on a GPU machine."""
 import importlib.util
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -226,14 +225,10 @@ def test_allreduce_step_runs_perf_workers_on_every_gpu(monkeypatch, gpu_check):
 
 
 @pytest.mark.skipif(not shutil.which('make'), reason='needs make')
-def test_make_target_runs_the_script_with_the_venv_python(tmp_path):
+def test_make_target_runs_the_script_with_the_venv_python(tmp_path, make_env):
     venv = tmp_path / 'venv'  # a venv path that does not exist: -n only prints
-    # a clean environment: under `make test` the outer make's MAKEFLAGS would make this
-    # one print "Entering/Leaving directory" lines
-    env = {key: value for key, value in os.environ.items()
-           if key not in ('MAKEFLAGS', 'MAKELEVEL', 'MFLAGS')}
     out = subprocess.run(['make', '-n', '--no-print-directory', 'gpu-check',
-                          f'VENV={venv}'], cwd=ROOT, env=env, capture_output=True,
+                          f'VENV={venv}'], cwd=ROOT, env=make_env, capture_output=True,
                          text=True, timeout=60).stdout
     assert out.splitlines()[-1] == f'{venv}/bin/python tools/gpu_check.py'
 

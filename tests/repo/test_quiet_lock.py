@@ -57,13 +57,12 @@ def test_a_timed_holder_waits_for_the_shared_ones_and_keeps_new_ones_out(tmp_pat
                       ('timed', 'out'), ('shared 2', 'in'), ('shared 2', 'out')]
 
 
-def make_plan(also=''):
+def make_plan(make_env, also=''):
     """What `make -n test ALSO=also` would run. ALSO is always given: inside CI's make
     test ALSO=browser-check, make exports it (and MAKEFLAGS) to every make below."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ('MAKEFLAGS', 'MFLAGS', 'MAKELEVEL')}
-    return subprocess.run(['make', '-n', 'test', f'ALSO={also}'], cwd=ROOT, env=env,
-                          text=True, capture_output=True, check=True).stdout.splitlines()
+    plan = subprocess.run(['make', '-n', 'test', f'ALSO={also}'], cwd=ROOT, env=make_env,
+                          text=True, capture_output=True, check=True)
+    return plan.stdout.splitlines()
 
 
 class Cell:
@@ -74,7 +73,7 @@ class Cell:
         self.cell = {'source': source}
 
 
-def test_only_the_training_chapters_speed_cells_take_the_machine_alone():
+def test_only_the_training_chapters_speed_cells_take_the_machine_alone(make_env):
     """make test's two lanes: chapter 6, and the tests and chapters that time nothing."""
     timed, sources = {}, {}
     for chapter in sorted((ROOT / 'book').glob('[0-9][0-9]_*.ipynb')):
@@ -92,7 +91,7 @@ def test_only_the_training_chapters_speed_cells_take_the_machine_alone():
     assert len(long_runs) == 2 and not set(long_runs) & set(training)
     assert not lanes.measures_time(type('TestItem', (), {'path': ROOT})())
     # the chapters of the other lane hold no timed cell (chapter 8's run alone later)
-    plan = make_plan()
+    plan = make_plan(make_env)
     shared, = [line for line in plan if '--nbval' in line and '--dist' in line]
     other = {name for name in timed if name in shared}
     assert len(other) >= 5 and not any(timed[name] for name in other), timed
@@ -100,15 +99,17 @@ def test_only_the_training_chapters_speed_cells_take_the_machine_alone():
     assert '--dist' not in beside and other.isdisjoint(beside.split('/'))
 
 
-def test_ci_runs_the_browser_check_in_the_first_lane_before_the_timed_chapters():
+def test_ci_runs_the_browser_check_in_the_first_lane_before_the_timed_chapters(
+        make_env):
     """make test ALSO=browser-check (.ci/run): after the shared chapters, in the lanes."""
-    lines = make_plan('browser-check')
+    lines = make_plan(make_env, 'browser-check')
     where = lambda *words: next(i for i, line in enumerate(lines)
                                 if all(word in line for word in words))
     shared, browser = where('--nbval', '--dist'), where('tests/browser')
     later = where('--nbval', '07_distributed')
     assert shared < browser < later, lines
-    assert not any('browser' in line for line in make_plan()), 'make test: no browser'
+    plain = make_plan(make_env)
+    assert not any('browser' in line for line in plain), 'make test: no browser'
 
 
 @pytest.mark.slow

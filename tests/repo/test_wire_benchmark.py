@@ -2,7 +2,6 @@
 jobs are replaced by made-up records, so its flags, its refusal where no wire can be
 throttled, and its table of met and MISSED targets are tested here in a second."""
 import importlib.util
-import os
 import shutil
 import subprocess
 
@@ -114,12 +113,10 @@ def test_the_table_marks_each_target_met_or_missed(bench, capsys, monkeypatch):
 
 
 @pytest.mark.skipif(not shutil.which('make'), reason='needs make')
-def test_make_benchmark_runs_it_after_the_first_benchmark(tmp_path):
+def test_make_benchmark_runs_it_after_the_first_benchmark(tmp_path, make_env):
     venv = tmp_path / 'venv'  # a venv path that does not exist: -n only prints
-    env = {key: value for key, value in os.environ.items()  # no outer make flags
-           if key not in ('MAKEFLAGS', 'MAKELEVEL', 'MFLAGS')}
     out = subprocess.run(['make', '-n', '--no-print-directory', 'benchmark',
-                          f'VENV={venv}'], cwd=ROOT, env=env, capture_output=True,
+                          f'VENV={venv}'], cwd=ROOT, env=make_env, capture_output=True,
                          text=True, timeout=60).stdout
     assert out.splitlines()[-2:] == [f'{venv}/bin/python tools/benchmark.py',
                                      f'{venv}/bin/python tools/wire_benchmark.py']
