@@ -61,21 +61,16 @@ def test_a_throttled_allreduce_takes_the_time_the_rate_predicts(throttle):
 # Speed-up checks that tell a slow machine from a broken program (issue 21 item 2).
 # torchrun sets OMP_NUM_THREADS=1 for jobs of several processes, which would hide a
 # broken use_one_core; with OMP_NUM_THREADS=<cores> only the device model keeps each
-# process to one core, so the check tests the book's code, not torchrun's default.
+# process to one core, so the checks test the book's code, not torchrun's default.
+# The quiet side, the speed-up held to the capacity, is chapter 8's hidden check (the
+# same job, run alone after make test's lanes). A test of it here ran beside chapter 6
+# in make test: it skipped as busy, or failed once on a capacity of 1.53 with speed-ups
+# of 0.78-1.04 (CI, measured). Here: the busy side, and the device model under it.
 
-def speedup_job(cores, **kwargs):
+def speedup_job(cores):
     """The speedup mode on 2 processes, each allowed `cores` intra-op threads."""
     return launch.run(perf_workers, 2, 'speedup', timeout=300,
-                      env={'OMP_NUM_THREADS': str(cores)}, **kwargs)
-
-
-def test_speedup_is_a_fraction_of_the_capacity_on_a_quiet_machine(fashion_root):
-    result = speedup_job(dp.cpu_cores())
-    assert result['world_size'] == 2 and result['threads'] == 1  # use_one_core held
-    assert len(result['turns']) == len(result['capacity']) == 5
-    assert all(s > 0 and c > 0 for s, c in result['turns'])
-    if not dp.check_speedup(result['turns']):  # asserts, or prints why it cannot
-        pytest.skip(f'busy machine, capacities {result["capacity"]}')
+                      env={'OMP_NUM_THREADS': str(cores)})
 
 
 @contextlib.contextmanager
@@ -109,6 +104,9 @@ def test_under_a_cpu_hog_the_speedup_check_skips_with_one_line(fashion_root, cap
     for _ in range(3):
         with cpu_hog(two, processes=1):
             result = speedup_job(2)
+        # the device model held under OMP_NUM_THREADS=2 (a no-op use_one_core reads 2)
+        assert result['world_size'] == 2 and result['threads'] == 1, result
+        assert len(result['turns']) == len(result['capacity']) == 5, result
         if statistics.median(result['capacity']) < 1.5:
             break
     else:
