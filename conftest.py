@@ -6,8 +6,9 @@ nothing: its ten-epoch runs use one core and nothing checks their speed. Its spe
 cells (the mutation harness's TIMED needles) must not share the machine: with
 MULTIGPU_QUIET_LOCK set (make test sets it), each test and each notebook cell holds a
 file lock, shared, and a timed cell holds it alone; it waits for the items running in
-the other lane to end, and a turnstile keeps new ones out while it waits. Unset (a
-plain `pytest`, the mutation copies), nothing is locked.
+the other lane to end, and a turnstile keeps new ones out while it waits. The mutation
+harness's copies, which run side by side, share a lock of their own the same way
+(tests/mutations/mutations.py, LOCK). Unset (a plain `pytest`), nothing is locked.
 """
 import contextlib
 import fcntl

@@ -34,6 +34,37 @@ def make_env():
             if key not in ('MAKEFLAGS', 'MFLAGS', 'MAKELEVEL')}
 
 
+def lock_probe(lock, env_name):
+    """A notebook whose two cells try the lock at `lock` from their kernel.
+
+    Stored outputs: each cell sees env_name blank (a cell's children take no lock), the
+    first finds the lock shared, the second (a timed cell of chapter 6, by its needle)
+    finds it taken alone; nbval fails the cells that find otherwise.
+    """
+    probe = ('import fcntl, os\n'
+             f'print(repr(os.environ.get({env_name!r})))  # none for its children\n'
+             f'with open({str(lock)!r}, "a") as f:\n'
+             '    try:\n'
+             '        fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)\n'
+             '        print("shared")\n'
+             '    except BlockingIOError:\n'
+             '        print("taken alone")\n')
+    cells = [probe, '# def time_steps(\n' + probe]
+    return {'cells': [{'cell_type': 'code', 'execution_count': 1, 'metadata': {},
+                       'outputs': [{'name': 'stdout', 'output_type': 'stream',
+                                    'text': ["''\n", want]}], 'source': source}
+                      for source, want in zip(cells, ['shared\n', 'taken alone\n'])],
+            'metadata': {'kernelspec': {'name': 'python3', 'display_name': 'Python 3',
+                                        'language': 'python'}},
+            'nbformat': 4, 'nbformat_minor': 5}
+
+
+@pytest.fixture(scope='session')
+def lock_probe_notebook():
+    """lock_probe(lock, env_name): the notebook that tests conftest.py's lock."""
+    return lock_probe
+
+
 @pytest.fixture(scope='session')
 def fashion_root():
     """The data folder that holds Fashion-MNIST; skip the test when there is none."""

@@ -35,8 +35,9 @@ from typing import Callable
 import data_parallel as dp
 
 ROOT = dp.repo_root()
-# repo_root() needs _toc.yml, so that jobs in the copy run and write in the copy
-COPIED = ['book', 'tests', '_toc.yml', '_config.yml', 'pytest.ini']
+# repo_root() needs _toc.yml, so that jobs in the copy run and write in the copy; the
+# root conftest.py gives the copies' cells that measure time the machine alone (LOCK)
+COPIED = ['book', 'tests', '_toc.yml', '_config.yml', 'pytest.ini', 'conftest.py']
 # (*.egg-info: pip's build metadata, rewritten when a test builds the package)
 SKIPPED_NAMES = ('__pycache__', '.ipynb_checkpoints', '_build', 'browser', '*.egg-info')
 SKIPPED = shutil.ignore_patterns(*SKIPPED_NAMES)
@@ -50,6 +51,14 @@ SANITIZE = 'tests/nbval_sanitize.cfg'
 NBVAL = ['--nbval', '--nbval-current-env', '--nbval-sanitize-with', SANITIZE,
          '--nbval-cell-timeout=600']
 PROBE_FAILED = 97  # exit code of a run that imported the wrong data_parallel
+# The copies' checks run side by side, JOBS at a time, and share this lock as make
+# test's lanes share theirs (the root conftest.py, copied): each test and cell holds it
+# shared, a cell that measures time (TIMED) holds it alone, so it waits for the items
+# running in the other copies and keeps new ones out meanwhile. Per item, not per
+# copy: a whole selection run alone left the other worker idle for about 118 s of
+# the matrix's 522 s (CI, measured).
+LOCK_ENV = 'MULTIGPU_QUIET_LOCK'
+LOCK = ROOT / '_build' / 'mutations.lock'
 # JUnit XML writes the escape character of terminal colours as the text '#x1B'
 ANSI = re.compile(r'(\x1b|#x1B)\[[0-9;]*m')
 EXCEPTION = re.compile(r'^[A-Za-z_][\w.]*(Error|Exception|Exit)\b')
@@ -89,7 +98,7 @@ ZERO1_TEST = SHARD_JOBS + 'test_zero1_from_scratch_equals_ddp[2]'
 # chapter 8's cost model and its hidden asserts: arithmetic, no job and no timing
 COST_MODEL = ['def step_seconds(']
 # chapter 6's k devices against 1 after one step (cells 9-10): the bugs of the from-scratch
-# code are caught there, without the timed cells that make a selection run alone
+# code are caught there, before the timed cells (which wait for the machine alone)
 ONE_STEP = ((CH6, ['def one_step(']),)
 
 MUTATIONS = [
@@ -221,9 +230,9 @@ MUTATIONS = [
 ]
 
 # The cells that measure time (chapter 6's speed-up table and check, chapter 8's
-# allreduce bandwidths and its speed-up): a selection that holds one runs alone, after
-# the rest (measures_time), and in make test chapter 6's hold the machine alone while
-# the other lane waits (conftest.py). Chapter 6's check is busy-aware, but its
+# allreduce bandwidths and its speed-up): each holds the lock alone (conftest.py), in
+# make test (chapter 6's, while the other lane waits) and in the copies here (LOCK),
+# while the other copies' items wait. Chapter 6's check is busy-aware, but its
 # yardstick was fooled beside other work (capacity 1.75-2.00 beside two busy processes,
 # the threads' speed-up 0.85-1.27, measured), so it does not share the machine either.
 TIMED = {CH6: ('def time_steps(', 'dp.check_speedup('),
@@ -258,13 +267,6 @@ def needles_of(chapter, mutation=None):
     """The needles of the chapter's selection: the mutation's own, or CHAPTER_CHECKS."""
     return dict(mutation.checks if mutation else ()).get(chapter,
                                                          CHAPTER_CHECKS[chapter])
-
-
-def measures_time(cells, chapter, needles):
-    """Whether the selection (select_cells) holds a cell that a TIMED needle finds."""
-    timed = {i for i, cell in enumerate(cells) if cell['cell_type'] == 'code'
-             and any(needle in source(cell) for needle in TIMED.get(chapter, ()))}
-    return bool(timed & set(select_cells(cells, needles)))
 
 
 def cells_of(chapter):
@@ -519,8 +521,9 @@ def pytest_run(root, args, place, stop_first=False, timeout=1200):
                f'--junitxml={report}', f'--basetemp={root / f"tmp-{place}"}',
                *(['-x'] if stop_first else []), *args]
     start = time.monotonic()
-    done = subprocess.run(command, cwd=root, env=environment(root), capture_output=True,
-                          text=True, timeout=timeout)
+    env = dict(environment(root), **{LOCK_ENV: str(LOCK)})  # see LOCK
+    done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True,
+                          timeout=timeout)
     seconds = time.monotonic() - start
     tail = '\n'.join((done.stdout + done.stderr).strip().splitlines()[-30:])
     if done.returncode not in (0, 1):
@@ -551,7 +554,6 @@ class Task:
     label: str  # 'control' or the mutation's name
     chapter: str  # '' for the unit tests
     call: Callable
-    alone: bool = False  # it measures time: run it with the machine to itself
 
 
 def tasks(folder, mutation=None, unit=None, chapters=None):
@@ -578,8 +580,7 @@ def tasks(folder, mutation=None, unit=None, chapters=None):
         run = ((lambda outcome=passed: outcome) if passed else
                functools.partial(run_chapter, root, chapter, origins[chapter],
                                  stop_first))
-        found.append(Task(label, chapter, run, alone=not passed and measures_time(
-            cells_of(chapter), chapter, needles_of(chapter, mutation))))
+        found.append(Task(label, chapter, run))
     return found
 
 
@@ -593,23 +594,16 @@ def unit_run(root, unit, stop_first):
 def run_all(all_tasks, workers=2, report=lambda task, outcome: None):
     """{(label, place): Outcome} of every task, `workers` at a time.
 
-    Selections that measure time (task.alone) run one by one after all the others,
-    with the machine to themselves. report(task, outcome) is called as each ends.
+    The cells that measure time take the machine alone themselves (LOCK).
+    report(task, outcome) is called as each ends.
     """
-    shared = [t for t in all_tasks if not t.alone]
-    alone = [t for t in all_tasks if t.alone]
     outcomes = {}
-
-    def finish(task, outcome):
-        outcomes[task.label, outcome.place] = outcome
-        report(task, outcome)
-
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        running = {pool.submit(t.call): t for t in shared}
+        running = {pool.submit(t.call): t for t in all_tasks}
         for future in as_completed(running):
-            finish(running[future], future.result())
-    for task in alone:
-        finish(task, task.call())
+            task, outcome = running[future], future.result()
+            outcomes[task.label, outcome.place] = outcome
+            report(task, outcome)
     return outcomes
 
 

@@ -41,26 +41,20 @@ def test_mutations_and_selections_still_apply():
             assert mu.select_cells(notebooks[chapter]['cells'], needles)
 
 
-def test_selections_that_hold_a_timed_cell_run_alone():
-    for chapter, timed in mu.TIMED.items():  # each still finds its cell
+def test_timed_needles_still_find_their_cells():
+    for chapter, timed in mu.TIMED.items():
         for needle in timed:
             assert any(needle in mu.source(c) for c in mu.cells_of(chapter)), needle
 
-    def alone(name, chapter):
-        return mu.measures_time(mu.cells_of(chapter), chapter,
-                                mu.needles_of(chapter, BY_NAME.get(name)))
-    assert alone('control', mu.CH8)  # the allreduce bandwidths and the speed-up
-    assert alone('q-use_one_core-does-nothing', mu.CH8)  # the speed-up alone
-    assert alone('e-ring-skips-a-hop', mu.CH8)
-    for name in ('f-flat-serial-path-one-device', 'g-cost-model-without-communication',
-                 'h-cost-model-star-traffic'):  # correctness and arithmetic: shared
-        assert not alone(name, mu.CH8), name
-    assert alone('control', mu.CH6)  # the threads' speed-up check: alone
-    assert alone('q-use_one_core-does-nothing', mu.CH6)  # caught in that cell
-    for name in ('a-get_params-no-copy', 'b-allreduce-rebinds-broadcast',
-                 'c-split_batch-drops-remainder', 'd-sgd-divides-by-shard'):
-        assert not alone(name, mu.CH6), name  # k devices against 1: shared
-    assert mu.measures_time(mu.cells_of(mu.CH8), mu.CH8, None)  # the whole chapter
+
+@pytest.mark.slow
+def test_in_a_copy_a_timed_cell_takes_the_lock_alone_and_others_share_it(
+        tmp_path, lock_probe_notebook):
+    """Copies run side by side (run_all): a chapter-6 notebook in one, run by nbval."""
+    root = mu.make_copy(tmp_path)
+    mu.write_notebook(root / 'book' / mu.CH6, lock_probe_notebook(mu.LOCK, mu.LOCK_ENV))
+    outcome = mu.pytest_run(root, [*mu.NBVAL, f'book/{mu.CH6}'], 'probe')
+    assert not outcome.failed, outcome.failures
 
 
 def test_selection_rejects_a_needle_that_matches_nothing():
@@ -100,7 +94,7 @@ def outcomes(tmp_path_factory, request):
     """{(label, place): Outcome} of the control and every mutation, run together.
 
     Every check of every copy is one task; JOBS (default 2) run at a time, and the
-    selections that measure time run alone at the end (mutations.TIMED). Each finished
+    cells that measure time take the machine alone (mutations.LOCK). Each finished
     check prints its line at once; the whole matrix, in order, prints at the end.
     """
     workers = int(os.environ.get('JOBS', '2') or 1)

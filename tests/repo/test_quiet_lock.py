@@ -113,25 +113,11 @@ def test_ci_runs_the_browser_check_in_the_first_lane_before_the_timed_chapters(
 
 
 @pytest.mark.slow
-def test_nbval_cells_hold_the_lock_shared_and_timed_cells_alone(tmp_path):
+def test_nbval_cells_hold_the_lock_shared_and_timed_cells_alone(tmp_path,
+                                                              lock_probe_notebook):
     """A notebook named as chapter 6, run by nbval: each cell tries the lock itself."""
     lock = tmp_path / '_build' / 'quiet.lock'  # a folder that does not exist yet
-    probe = ('import fcntl, os\n'
-             f'print(repr(os.environ.get({lanes.LOCK_ENV!r})))  # none for its children\n'
-             f'with open({str(lock)!r}, "a") as f:\n'
-             '    try:\n'
-             '        fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)\n'
-             '        print("shared")\n'
-             '    except BlockingIOError:\n'
-             '        print("taken alone")\n')
-    cells = [probe, '# def time_steps(\n' + probe]
-    notebook = {'cells': [{'cell_type': 'code', 'execution_count': 1, 'metadata': {},
-                           'outputs': [{'name': 'stdout', 'output_type': 'stream',
-                                        'text': ["''\n", want]}], 'source': source}
-                          for source, want in zip(cells, ['shared\n', 'taken alone\n'])],
-                'metadata': {'kernelspec': {'name': 'python3', 'display_name': 'Python 3',
-                                            'language': 'python'}},
-                'nbformat': 4, 'nbformat_minor': 5}
+    notebook = lock_probe_notebook(lock, lanes.LOCK_ENV)
     (tmp_path / '06_training.ipynb').write_text(json.dumps(notebook))
     (tmp_path / 'conftest.py').write_text((ROOT / 'conftest.py').read_text().replace(
         "Path(__file__).parent / 'tests'", f"Path({str(ROOT / 'tests')!r})"))
