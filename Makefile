@@ -40,8 +40,9 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
+# (tools/quiet.py: inside make test's lanes the build holds their lock, as a test does)
 book: $(STAMP)
-	$(VENV)/bin/jupyter-book build --all -W -n --keep-going .
+	$(PY) tools/quiet.py $(VENV)/bin/jupyter-book build --all -W -n --keep-going .
 	@echo "Open the book: file://$(CURDIR)/_build/html/index.html"
 
 # --durations: the slowest tests and cells, so that a slow CI run shows what got slower
@@ -63,19 +64,26 @@ test: $(STAMP)
 	$(PY) -m pytest $(NBVAL) --durations=10 $(LATER)
 
 # make test's two lanes; the second's output is printed once it ends (_build/beside.log).
-# ALSO: targets that time nothing, run in the first lane after the chapters, on the core
-# that chapter 6's lane leaves (CI: make test ALSO=browser-check)
+# Targets whose steps hold the lock (pytest items; other steps through tools/quiet.py)
+# can join them, one after the other: ALSO in the first lane after its chapters (CI:
+# mutations, whose control reads the records those leave), ALSO_BESIDE in the second
+# after chapter 6 (CI: browser-check), so that neither lane idles while the other ends.
 ALSO ?=
+ALSO_BESIDE ?=
 lane-tests: $(STAMP)
 	$(RUN_TESTS)
 	$(RUN_SHARED)
 	$(if $(ALSO),$(MAKE) --no-print-directory $(ALSO))
 
+# (make, not $$(MAKE), below, and without the jobs flags: make -n runs a line that
+# names $$(MAKE), and this one would run chapter 6)
 lane-beside: $(STAMP)
 	@mkdir -p _build; echo "$(BESIDE) runs beside the tests; its output follows when it ends"
-	@$(PY) -m pytest $(NBVAL) --durations=10 $(BESIDE) > _build/beside.log 2>&1; \
-	  rc=$$?; echo "---- $(BESIDE), run beside the tests:"; cat _build/beside.log; \
-	  exit $$rc
+	@{ $(PY) -m pytest $(NBVAL) --durations=10 $(BESIDE) $(if $(ALSO_BESIDE),&& \
+	  MAKEFLAGS="$(filter-out -j% --jobserver%,$(MAKEFLAGS))" make --no-print-directory \
+	  $(ALSO_BESIDE)); } > _build/beside.log 2>&1; \
+	  rc=$$?; echo "---- $(BESIDE)$(if $(ALSO_BESIDE), and $(ALSO_BESIDE)), run beside" \
+	  "the tests:"; cat _build/beside.log; exit $$rc
 
 tests: $(STAMP)
 	$(RUN_TESTS)

@@ -56,7 +56,9 @@ PROBE_FAILED = 97  # exit code of a run that imported the wrong data_parallel
 # shared, a cell that measures time (TIMED) holds it alone, so it waits for the items
 # running in the other copies and keeps new ones out meanwhile. Per item, not per
 # copy: a whole selection run alone left the other worker idle for about 118 s of
-# the matrix's 522 s (CI, measured).
+# the matrix's 522 s (CI, measured). Inside make test's lanes (CI: make test
+# ALSO=mutations) the copies share the lanes' lock instead, so that their timed cells
+# and chapter 6's wait for each other.
 LOCK_ENV = 'MULTIGPU_QUIET_LOCK'
 LOCK = ROOT / '_build' / 'mutations.lock'
 # JUnit XML writes the escape character of terminal colours as the text '#x1B'
@@ -267,6 +269,13 @@ def needles_of(chapter, mutation=None):
     """The needles of the chapter's selection: the mutation's own, or CHAPTER_CHECKS."""
     return dict(mutation.checks if mutation else ()).get(chapter,
                                                          CHAPTER_CHECKS[chapter])
+
+
+def measures_time(cells, chapter, needles):
+    """Whether the selection (select_cells) holds a cell that a TIMED needle finds."""
+    timed = {i for i, cell in enumerate(cells) if cell['cell_type'] == 'code'
+             and any(needle in source(cell) for needle in TIMED.get(chapter, ()))}
+    return bool(timed & set(select_cells(cells, needles)))
 
 
 def cells_of(chapter):
@@ -521,7 +530,7 @@ def pytest_run(root, args, place, stop_first=False, timeout=1200):
                f'--junitxml={report}', f'--basetemp={root / f"tmp-{place}"}',
                *(['-x'] if stop_first else []), *args]
     start = time.monotonic()
-    env = dict(environment(root), **{LOCK_ENV: str(LOCK)})  # see LOCK
+    env = dict(environment(root), **{LOCK_ENV: os.environ.get(LOCK_ENV) or str(LOCK)})
     done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True,
                           timeout=timeout)
     seconds = time.monotonic() - start
@@ -554,6 +563,7 @@ class Task:
     label: str  # 'control' or the mutation's name
     chapter: str  # '' for the unit tests
     call: Callable
+    timed: bool = False  # it holds a cell that measures time: run_all starts it last
 
 
 def tasks(folder, mutation=None, unit=None, chapters=None):
@@ -580,7 +590,8 @@ def tasks(folder, mutation=None, unit=None, chapters=None):
         run = ((lambda outcome=passed: outcome) if passed else
                functools.partial(run_chapter, root, chapter, origins[chapter],
                                  stop_first))
-        found.append(Task(label, chapter, run))
+        found.append(Task(label, chapter, run, timed=not passed and measures_time(
+            cells_of(chapter), chapter, needles_of(chapter, mutation))))
     return found
 
 
@@ -594,12 +605,15 @@ def unit_run(root, unit, stop_first):
 def run_all(all_tasks, workers=2, report=lambda task, outcome: None):
     """{(label, place): Outcome} of every task, `workers` at a time.
 
-    The cells that measure time take the machine alone themselves (LOCK).
-    report(task, outcome) is called as each ends.
+    The cells that measure time take the machine alone themselves (LOCK); the tasks
+    that hold one start last. In make test's lanes a timed cell waits for chapter 6's
+    running cell, a ten-epoch run of minutes, and keeps both workers out meanwhile:
+    started last, it comes after that run. report(task, outcome) is called as each ends.
     """
     outcomes = {}
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        running = {pool.submit(t.call): t for t in all_tasks}
+        running = {pool.submit(t.call): t
+                   for t in sorted(all_tasks, key=lambda t: t.timed)}
         for future in as_completed(running):
             task, outcome = running[future], future.result()
             outcomes[task.label, outcome.place] = outcome

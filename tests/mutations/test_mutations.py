@@ -41,10 +41,35 @@ def test_mutations_and_selections_still_apply():
             assert mu.select_cells(notebooks[chapter]['cells'], needles)
 
 
-def test_timed_needles_still_find_their_cells():
-    for chapter, timed in mu.TIMED.items():
+def test_selections_that_hold_a_timed_cell_start_last():
+    for chapter, timed in mu.TIMED.items():  # each still finds its cell
         for needle in timed:
             assert any(needle in mu.source(c) for c in mu.cells_of(chapter)), needle
+
+    def timed(name, chapter):
+        return mu.measures_time(mu.cells_of(chapter), chapter,
+                                mu.needles_of(chapter, BY_NAME.get(name)))
+    assert timed('control', mu.CH8)  # the allreduce bandwidths and the speed-up
+    assert timed('q-use_one_core-does-nothing', mu.CH8)  # the speed-up alone
+    assert timed('e-ring-skips-a-hop', mu.CH8)
+    for name in ('f-flat-serial-path-one-device', 'g-cost-model-without-communication',
+                 'h-cost-model-star-traffic'):  # correctness and arithmetic
+        assert not timed(name, mu.CH8), name
+    assert timed('control', mu.CH6)  # the threads' speed-up check
+    assert timed('q-use_one_core-does-nothing', mu.CH6)  # caught in that cell
+    for name in ('a-get_params-no-copy', 'b-allreduce-rebinds-broadcast',
+                 'c-split_batch-drops-remainder', 'd-sgd-divides-by-shard'):
+        assert not timed(name, mu.CH6), name  # k devices against 1
+    assert mu.measures_time(mu.cells_of(mu.CH8), mu.CH8, None)  # the whole chapter
+
+    started = []
+
+    def task(name, timed):
+        outcome = mu.Outcome(name, False, [], 0.0)
+        return mu.Task(name, '', lambda: started.append(name) or outcome, timed=timed)
+    done = mu.run_all([task('a', True), task('b', False), task('c', True),
+                       task('d', False)], workers=1)
+    assert started == ['b', 'd', 'a', 'c'] and len(done) == 4, started
 
 
 @pytest.mark.slow

@@ -39,9 +39,9 @@ def ci(tmp_path, budget, slow='', fail=''):
 def test_stages_run_in_order_and_print_their_times(tmp_path):
     rc, out, targets = ci(tmp_path, budget=600)
     assert rc == 0, out
-    assert targets == ['-j3 .venv/.installed chromium mathjax', 'test ALSO=browser-check',
-                       'mutations']
-    for stage in ('setup', 'make test + browser-check', 'make mutations'):
+    assert targets == ['-j3 .venv/.installed chromium mathjax',
+                       'test ALSO=mutations ALSO_BESIDE=browser-check']
+    for stage in ('setup', 'make test + mutations + browser-check'):
         assert f'ci: {stage} took ' in out, out
 
 
@@ -51,16 +51,17 @@ def test_a_stage_past_the_budget_fails_with_one_line(tmp_path):
     rc, out, targets = ci(tmp_path, budget=3, slow='test')
     assert time.monotonic() - start < 20  # stopped at the budget, not after the stage
     assert rc == 1, out
-    assert targets[1:] == ['test ALSO=browser-check']  # nothing runs after it
+    assert targets[1:] == ['test ALSO=mutations ALSO_BESIDE=browser-check']
     failed = [line for line in out.splitlines() if 'FAILED' in line]
-    assert failed == ['ci: FAILED: make test + browser-check ran past the 3 s budget of the whole run; '
-                      'the stage times above show what got slower'], out
+    assert failed == ['ci: FAILED: make test + mutations + browser-check ran past the '
+                      '3 s budget of the whole run; the stage times above show what '
+                      'got slower'], out
 
 
 def test_a_failing_stage_stops_the_run_with_its_exit_code(tmp_path):
-    rc, out, targets = ci(tmp_path, budget=600, fail='mutations')
-    assert rc == 1, out
-    assert targets[1:] == ['test ALSO=browser-check', 'mutations']
+    rc, out, targets = ci(tmp_path, budget=600, fail='-j3')
+    assert rc == 1, out  # the stage's own exit code
+    assert targets == ['-j3 .venv/.installed chromium mathjax']  # nothing after it
     assert 'FAILED' not in out  # a plain failure is not called a budget overrun
 
 

@@ -57,11 +57,13 @@ def test_a_timed_holder_waits_for_the_shared_ones_and_keeps_new_ones_out(tmp_pat
                       ('timed', 'out'), ('shared 2', 'in'), ('shared 2', 'out')]
 
 
-def make_plan(make_env, also=''):
-    """What `make -n test ALSO=also` would run. ALSO is always given: inside CI's make
-    test ALSO=browser-check, make exports it (and MAKEFLAGS) to every make below."""
-    plan = subprocess.run(['make', '-n', 'test', f'ALSO={also}'], cwd=ROOT, env=make_env,
-                          text=True, capture_output=True, check=True)
+def make_plan(make_env, also='', beside=''):
+    """What `make -n test ALSO=also ALSO_BESIDE=beside` would run. Both are always
+    given: inside CI's make test, make exports them (and MAKEFLAGS) to every make
+    below."""
+    command = ['make', '-n', 'test', f'ALSO={also}', f'ALSO_BESIDE={beside}']
+    plan = subprocess.run(command, cwd=ROOT, env=make_env, text=True,
+                          capture_output=True, check=True, timeout=60)
     return plan.stdout.splitlines()
 
 
@@ -99,17 +101,22 @@ def test_only_the_training_chapters_speed_cells_take_the_machine_alone(make_env)
     assert '--dist' not in beside and other.isdisjoint(beside.split('/'))
 
 
-def test_ci_runs_the_browser_check_in_the_first_lane_before_the_timed_chapters(
-        make_env):
-    """make test ALSO=browser-check (.ci/run): after the shared chapters, in the lanes."""
-    lines = make_plan(make_env, 'browser-check')
+def test_ci_runs_the_mutations_and_the_browser_check_in_the_lanes(make_env):
+    """.ci/run's make test ALSO=mutations ALSO_BESIDE=browser-check: the matrix after
+    the first lane's chapters (its control reads their records), the browser check after
+    chapter 6 in the second, both before the chapters that run alone."""
+    lines = make_plan(make_env, 'mutations', 'browser-check')
     where = lambda *words: next(i for i, line in enumerate(lines)
                                 if all(word in line for word in words))
-    shared, browser = where('--nbval', '--dist'), where('tests/browser')
-    later = where('--nbval', '07_distributed')
-    assert shared < browser < later, lines
+    tests, shared = where('--durations=10 tests'), where('--nbval', '--dist')
+    matrix, later = where('-m matrix'), where('--nbval', '07_distributed')
+    assert tests < shared < matrix < later, lines
+    beside = lines[where('06_training.ipynb', 'browser-check')]  # one line: in order
+    assert beside.index('06_training') < beside.index('&&') < beside.index('browser'), (
+        beside)
+    assert where('06_training.ipynb', 'browser-check') < later, lines
     plain = make_plan(make_env)
-    assert not any('browser' in line for line in plain), 'make test: no browser'
+    assert not any('browser' in line or 'matrix' in line for line in plain), plain
 
 
 @pytest.mark.slow
@@ -130,3 +137,79 @@ def test_nbval_cells_hold_the_lock_shared_and_timed_cells_alone(tmp_path,
     assert done.returncode == 0, done.stdout[-2000:]
     done = run(env)  # no lock asked for: both cells find it free, and no variable
     assert done.returncode == 1 and '2 failed' in done.stdout, done.stdout[-2000:]
+
+
+MATRIX_AND_PLAIN = """
+import fcntl, os
+import pytest
+
+def taken(lock):
+    with open(lock, 'a') as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+
+@pytest.mark.matrix
+def test_the_matrix_holds_nothing_and_passes_the_lock_on():
+    assert taken(os.environ['LOCK']) is False
+    assert os.environ.get({env!r}) == os.environ['LOCK']
+
+def test_another_test_holds_it():
+    assert taken(os.environ['LOCK']) is True
+    assert os.environ.get({env!r}) == ''
+"""
+
+
+@pytest.mark.slow
+def test_the_mutation_matrix_item_leaves_the_lock_to_its_copies(tmp_path):
+    """In make test (CI) the matrix's one item runs for minutes: it holds nothing."""
+    lock = tmp_path / 'quiet.lock'
+    (tmp_path / 'test_items.py').write_text(MATRIX_AND_PLAIN.format(env=lanes.LOCK_ENV))
+    (tmp_path / 'conftest.py').write_text((ROOT / 'conftest.py').read_text().replace(
+        "Path(__file__).parent / 'tests'", f"Path({str(ROOT / 'tests')!r})"))
+    env = {**os.environ, lanes.LOCK_ENV: str(lock), 'LOCK': str(lock)}
+    command = [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
+               '-W', 'ignore::pytest.PytestUnknownMarkWarning', 'test_items.py']
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and '2 passed' in done.stdout, done.stdout[-2000:]
+
+
+PROBE = ('import fcntl, os\n'
+         'f = open(os.environ["LOCK"], "a")\n'
+         'try:\n'
+         '    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n'
+         '    print("free", repr(os.environ.get("{env}")))\n'
+         'except BlockingIOError:\n'
+         '    print("held", repr(os.environ.get("{env}")))\n')
+
+
+def quiet(tmp_path, *command, lock=True):
+    """tools/quiet.py COMMAND, with make test's lock variable set or not."""
+    env = {k: v for k, v in os.environ.items() if k != lanes.LOCK_ENV}
+    env['LOCK'] = str(tmp_path / 'quiet.lock')
+    if lock:
+        env[lanes.LOCK_ENV] = env['LOCK']
+    return subprocess.run([sys.executable, str(ROOT / 'tools' / 'quiet.py'), *command],
+                          env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_quiet_runs_a_command_holding_the_lock_shared(tmp_path):
+    """The book build in make test's lanes: a step that is not a pytest item."""
+    probe = [sys.executable, '-c', PROBE.format(env=lanes.LOCK_ENV)]
+    done = quiet(tmp_path, *probe)
+    assert (done.returncode, done.stdout) == (0, "held ''\n"), done.stderr
+    done = quiet(tmp_path, *probe, lock=False)  # no lanes: it just runs
+    assert (done.returncode, done.stdout) == (0, 'free None\n'), done.stderr
+    assert quiet(tmp_path, sys.executable, '-c', 'raise SystemExit(3)').returncode == 3
+
+
+@pytest.mark.parametrize('command, code, words', [
+    ((), 2, 'usage: python tools/quiet.py COMMAND'),
+    (('no-such-program-here',), 127, 'cannot run no-such-program-here')])
+def test_quiet_bad_command_gets_one_line(tmp_path, command, code, words):
+    done = quiet(tmp_path, *command)
+    assert done.returncode == code and done.stdout == '', done
+    assert len(done.stderr.splitlines()) == 1 and words in done.stderr, done.stderr
