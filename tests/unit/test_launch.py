@@ -196,25 +196,37 @@ def test_a_caller_killed_outright_still_ends_the_job(sleeping_job, leftovers):
 
 
 def kernel_running(command):
-    """A Jupyter kernel (and its client) whose cell launches command, once 'ready'."""
+    """A Jupyter kernel, its client and the id of its cell that launches command."""
     km, kc = start_new_kernel(kernel_name='python3')
-    kc.execute(f'from data_parallel import launch\n'
-               f'launch.launch({command!r}, env={CPU_ONLY!r}, timeout=300, echo=True)')
+    msg_id = kc.execute(f'from data_parallel import launch\n'
+                        f'launch.launch({command!r}, env={CPU_ONLY!r}, timeout=300, '
+                        f'echo=True)')
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         msg = kc.get_iopub_msg(timeout=120)
         if msg['msg_type'] == 'stream' and 'ready' in msg['content']['text']:
-            return km, kc
+            return km, kc, msg_id
     raise AssertionError('the job in the kernel never said ready')
+
+
+def reply_to(kc, msg_id, timeout):
+    """The shell reply to request msg_id, past the replies to earlier requests."""
+    # wait_for_ready sends a kernel_info request each second until one is answered: a
+    # kernel slow to start (a busy CI) answers them all, and those replies come first.
+    deadline = time.monotonic() + timeout
+    while True:
+        reply = kc.get_shell_msg(timeout=max(deadline - time.monotonic(), 0.1))
+        if reply['parent_header'].get('msg_id') == msg_id:
+            return reply
 
 
 @pytest.mark.slow
 def test_interrupting_the_kernel_ends_the_job(sleeping_job, leftovers):
     command, marker = sleeping_job
-    km, kc = kernel_running(command)
+    km, kc, msg_id = kernel_running(command)
     try:
         km.interrupt_kernel()
-        reply = kc.get_shell_msg(timeout=60)
+        reply = reply_to(kc, msg_id, timeout=60)
         assert reply['content']['ename'] == 'KeyboardInterrupt'
         assert leftovers(marker) == []
     finally:
@@ -225,7 +237,7 @@ def test_interrupting_the_kernel_ends_the_job(sleeping_job, leftovers):
 @pytest.mark.slow
 def test_shutting_the_kernel_down_ends_the_job(sleeping_job, leftovers):
     command, marker = sleeping_job
-    km, kc = kernel_running(command)
+    km, kc, _ = kernel_running(command)
     kc.stop_channels()
     km.shutdown_kernel(now=True)  # SIGKILL: the cell's finally never runs
     assert leftovers(marker) == []
@@ -250,3 +262,14 @@ def test_a_machine_that_cannot_throttle_says_so_in_one_line(monkeypatch):
     with pytest.raises(RuntimeError, match=r'^bandwidth=2e\+08 cannot be set on this '
                                            r'machine: tc not found: \.\.\.$'):
         launch.launch(['true'], bandwidth=200e6)
+
+
+def test_reply_to_skips_the_replies_to_earlier_requests():
+    """As after a slow kernel start: kernel_info replies queued before the cell's."""
+    class Client:
+        replies = [{'parent_header': {'msg_id': 'info-2'}, 'content': {'status': 'ok'}},
+                   {'parent_header': {'msg_id': 'cell'}, 'content': {'ename': 'X'}}]
+
+        def get_shell_msg(self, timeout):
+            return self.replies.pop(0)
+    assert reply_to(Client(), 'cell', timeout=1)['content'] == {'ename': 'X'}
