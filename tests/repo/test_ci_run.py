@@ -30,6 +30,8 @@ def ci(tmp_path, budget, slow='', fail=''):
     env = dict(os.environ, PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}",
                CI_BUDGET_S=str(budget), FAKE_LOG=str(log), FAKE_SLOW=slow,
                FAKE_FAIL=fail, MULTIGPU_DATA=str(tmp_path))
+    if budget is None:  # .ci/run's own default, as in CI
+        del env['CI_BUDGET_S']
     done = subprocess.run(['bash', str(ROOT / '.ci' / 'run')], env=env, text=True,
                           capture_output=True, timeout=120)
     targets = log.read_text().split('\n')[:-1] if log.exists() else []
@@ -43,6 +45,15 @@ def test_stages_run_in_order_and_print_their_times(tmp_path):
                        'test ALSO=mutations ALSO_BESIDE=browser-check']
     for stage in ('setup', 'make test + mutations + browser-check'):
         assert f'ci: {stage} took ' in out, out
+
+
+def test_the_whole_run_has_sixty_minutes_unless_told_otherwise(tmp_path):
+    """The issue's guard: a slow CI fails at 60 minutes, well before CI's hard 90."""
+    rc, out, _ = ci(tmp_path, budget=None)
+    assert rc == 0, out
+    times = [line for line in out.splitlines() if line.startswith('ci: ')]
+    assert len(times) == 2 and all(line.endswith(' of the 3600 s budget)')
+                                   for line in times), out
 
 
 @pytest.mark.slow
