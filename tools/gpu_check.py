@@ -5,7 +5,8 @@ its own time limit (about 9 minutes in all on one modern GPU):
 
 0. Fashion-MNIST in MULTIGPU_DATA, downloaded when missing (without it pytest would
    quietly skip every test that reads it);
-1. the unit tests, on CUDA (``pytest tests``);
+1. the tests whose code takes another path on CUDA (``pytest -m cuda tests``; the
+   whole suite is gpu.yml's `make test`);
 2. nbval over chapters 1-6 (their stored outputs, recomputed on this machine);
 3. chapter 7's DDP job: LeNet for 3 epochs, one process per GPU (NCCL);
 4. ResNet-18 for 2 epochs on one GPU (seconds per epoch);
@@ -132,8 +133,9 @@ def fashion_mnist(timeout):
 
 
 def unit_tests(timeout):
-    """pytest tests (the browser check is collected only when asked for by path)."""
-    out = run_command([sys.executable, '-m', 'pytest', '-q', 'tests'], timeout)
+    """The tests whose code takes another path on CUDA (marked cuda, tests/conftest.py)."""
+    out = run_command([sys.executable, '-m', 'pytest', '-q', '-m', 'cuda', 'tests'],
+                      timeout)
     return last_line(out), {}, out
 
 
@@ -218,7 +220,7 @@ def allreduce(world_size):
 def steps_for(num_gpus):
     """The steps for this machine, each with its time limit in seconds."""
     steps = [Step('data', 'Fashion-MNIST', fashion_mnist, 120),
-             Step('unit', 'unit tests on CUDA', unit_tests, 360),
+             Step('unit', 'CUDA-path tests', unit_tests, 360),
              Step('nbval', 'nbval, chapters 1-6', notebooks, 360),
              Step('ddp', 'chapter 7 DDP, LeNet', lenet_ddp(num_gpus), 180),
              Step('resnet18', 'ResNet-18, 2 epochs', resnet18, 300)]

@@ -248,3 +248,32 @@ def test_data_step_reads_both_sets(monkeypatch, gpu_check):
                         lambda train, root=None: read.append(train))
     result = gpu_check.run_step(gpu_check.steps_for(2)[0])
     assert result.ok and read == [True, False]
+
+
+def test_unit_step_runs_the_tests_marked_cuda(monkeypatch, gpu_check):
+    """Its step runs `pytest -m cuda`, not the whole suite: serially that takes far
+    longer than the step's limit (gpu.yml's `make test` runs it all on the GPU)."""
+    commands = []
+    monkeypatch.setattr(gpu_check, 'run_command',
+                        lambda argv, timeout: commands.append(argv) or '3 passed')
+    gpu_check.unit_tests(360)
+    argv, = commands
+    assert argv[-3:] == ['-m', 'cuda', 'tests']
+
+
+
+@pytest.mark.slow  # collects the whole suite (about 20 s)
+def test_the_cuda_marker_selects_the_tests_of_every_module_with_a_cuda_branch():
+    """A package module that branches on CUDA has its unit tests in `-m cuda`."""
+    package = ROOT / 'book' / 'data_parallel'
+    branching = {path.stem for path in package.glob('*.py')
+                 if 'cuda' in path.read_text()}
+    assert {'devices', 'data', 'scratch', 'train_ddp'} <= branching
+    listed = subprocess.run([sys.executable, '-m', 'pytest', '--co', '-q', '-m', 'cuda',
+                             'tests'], cwd=ROOT, capture_output=True, text=True,
+                            timeout=300)
+    files = {line.split('::')[0] for line in listed.stdout.splitlines() if '::' in line}
+    want = {f'tests/unit/test_{name}.py' for name in branching}
+    assert want <= files, sorted(want - files)
+    assert 'tests/jobs/test_ddp.py' in files  # DDP on NCCL, one process per GPU
+    assert len(files) < 12, files  # the CUDA paths, not the suite
