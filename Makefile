@@ -10,6 +10,10 @@
 # .venv is built with $(PYTHON), which must be Python 3.11 or newer (the pins in
 # requirements.txt need it): `make PYTHON=python3.12 test` picks another one.
 PYTHON ?= python3
+# TORCH_INDEX=https://download.pytorch.org/whl/cpu: PyTorch's CPU-only wheels (about
+# 200 MB, not the CUDA build's 6 GB), installed first; their 2.14.1+cpu satisfies the
+# pins of requirements.txt, so pip keeps them (CI and the Pages build, which need no GPU)
+TORCH_INDEX ?=
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
@@ -35,6 +39,8 @@ $(STAMP): requirements.txt pyproject.toml
 	book needs Python 3.11 or newer: make PYTHON=python3.12 $(MAKECMDGOALS)" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(if $(TORCH_INDEX),$(PY) -m pip install -q --index-url $(TORCH_INDEX) \
+	  $$(grep -E '^torch(vision)?==' requirements.txt))
 	$(PY) -m pip install -q -r requirements.txt
 	@# the helper package every chapter imports as dp, editable: book/data_parallel/
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .

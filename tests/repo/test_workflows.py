@@ -55,6 +55,61 @@ def test_cpu_workflow_tests_and_builds_every_change():
     assert 'make test' in runs and 'make book' in runs
     assert any(run.startswith('make browser-check') for run in runs)
     assert doc['permissions'] == {'contents': 'read'}
+    assert doc['env']['TORCH_INDEX'] == CPU_WHEELS
+
+
+CPU_WHEELS = 'https://download.pytorch.org/whl/cpu'
+
+
+def check_namespaces_before_tests(doc):
+    """ubuntu-24.04 lifts AppArmor's refusal of user namespaces before the tests, and
+    only then demands the throttled wire (MULTIGPU_REQUIRE_THROTTLE), as .ci/run does."""
+    job = doc['jobs']['test-and-build']
+    assert job['runs-on'] in ('ubuntu-latest', 'ubuntu-24.04')
+    runs = [step.get('run', '') for step in job['steps']]
+    lift = next(i for i, run in enumerate(runs)
+                if 'sysctl -w kernel.apparmor_restrict_unprivileged_userns=0' in run)
+    assert 'MULTIGPU_REQUIRE_THROTTLE=1' in runs[lift]
+    assert runs.index('make test') > lift
+
+
+def test_ci_lifts_the_namespace_restriction_before_the_tests():
+    check_namespaces_before_tests(load('ci.yml'))
+
+
+@pytest.mark.parametrize('mutate', [
+    lambda job: job['steps'].reverse(),
+    lambda job: [s.update(run=s['run'].replace('=0', '=1')) for s in job['steps']
+                 if 'sysctl' in s.get('run', '')]])
+def test_namespace_check_fails_on_a_broken_copy(mutate):
+    doc = load('ci.yml')
+    mutate(doc['jobs']['test-and-build'])
+    with pytest.raises((AssertionError, StopIteration, ValueError)):
+        check_namespaces_before_tests(doc)
+
+
+def test_ci_runs_the_fast_tests_a_ddp_job_and_chapters_on_macos():
+    job = load('ci.yml')['jobs']['macos']
+    assert job['runs-on'].startswith('macos')
+    runs = '\n'.join(step.get('run', '') for step in job['steps'])
+    assert 'make unit' in runs and 'tests/jobs/test_ddp.py::' in runs
+    assert '--nbval' in runs and 'book/0[1-5]_*.ipynb' in runs
+
+
+def test_torch_index_installs_the_pinned_cpu_wheels_first(make_env, tmp_path):
+    """make TORCH_INDEX=...: torch and torchvision at requirements.txt's pins from that
+    index, before requirements.txt (whose ==2.14.1 their 2.14.1+cpu satisfies)."""
+    plan = subprocess.run(['make', '-n', '--no-print-directory', '-f',
+                           str(ROOT / 'Makefile'), '.venv/.installed',
+                           f'TORCH_INDEX={CPU_WHEELS}'], cwd=ROOT, env=make_env,
+                          capture_output=True, text=True, timeout=60, check=True)
+    lines = plan.stdout.splitlines()
+    first = next(i for i, line in enumerate(lines) if f'--index-url {CPU_WHEELS}' in line)
+    assert "grep -E '^torch(vision)?==' requirements.txt" in lines[first]
+    assert first < next(i for i, line in enumerate(lines) if '-r requirements.txt' in line)
+    pins = re.findall(r'^torch(?:vision)?==\S+$', (ROOT / 'requirements.txt').read_text(),
+                      re.MULTILINE)
+    assert len(pins) == 2, pins
 
 
 # --- pages.yml: the book published on GitHub Pages (issue 24) -------------------------
@@ -66,10 +121,19 @@ def uses(doc, action):
 
 
 def check_pages(doc):
-    """Pushes to main run `make book` and deploy _build/html with the least rights."""
-    assert doc['on']['push'] == {'branches': ['main']}, doc['on']
-    assert set(doc['on']) <= {'push', 'workflow_dispatch'}  # never a pull request
+    """Pushes to main whose ci passed run `make book` on that commit (CPU wheels) and
+    deploy _build/html with the least rights."""
+    assert doc['on']['workflow_run'] == {'workflows': ['ci'], 'types': ['completed'],
+                                         'branches': ['main']}, doc['on']
+    assert set(doc['on']) <= {'workflow_run', 'workflow_dispatch'}  # no pull request
+    build = doc['jobs']['build']
+    gate = ' '.join(build['if'].split())
+    assert "github.event.workflow_run.conclusion == 'success'" in gate, gate
+    assert "github.event.workflow_run.event == 'push'" in gate, gate
+    checkout, = uses(doc, 'actions/checkout')
+    assert 'workflow_run.head_sha' in checkout['with']['ref']  # the commit ci tested
     assert doc['permissions'] == {'contents': 'read'}
+    assert doc['env']['TORCH_INDEX'] == CPU_WHEELS
     assert 'make book' in all_run_lines(doc)
     upload, = uses(doc, 'actions/upload-pages-artifact')
     assert upload['with']['path'] == '_build/html'
@@ -99,8 +163,14 @@ def test_only_pages_yml_publishes():
 
 
 PAGES_MUTATIONS = {
-    'publishes from any branch': lambda d: d['on']['push'].pop('branches'),
+    'publishes from any branch': lambda d: d['on']['workflow_run'].pop('branches'),
     'publishes pull requests': lambda d: d['on'].update(pull_request=None),
+    'publishes on a push, tested or not': lambda d: d['on'].update(push=None),
+    'publishes a failed run': lambda d: d['jobs']['build'].update(
+        {'if': "github.event.workflow_run.event == 'push'"}),
+    'builds main, not the commit tested': lambda d: uses(d, 'actions/checkout')[0].pop(
+        'with'),
+    'CUDA wheels': lambda d: d.pop('env'),
     'no make book': lambda d: [s.update(run='make html') for s in d['jobs']['build'][
         'steps'] if s.get('run') == 'make book'],
     'uploads the sources': lambda d: uses(d, 'actions/upload-pages-artifact')[0][
