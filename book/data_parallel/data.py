@@ -1,7 +1,6 @@
 """Fashion-MNIST: read once into memory, cut into minibatches; the per-image loader."""
 import contextlib
 import hashlib
-import json
 import math
 import os
 import socket
@@ -49,15 +48,26 @@ _FILES = {True: (('train-images-idx3-ubyte', 16 + 60_000 * 784),
 TRAIN_SIZE = 60_000
 """Examples in Fashion-MNIST's training set: the largest global batch a job can take."""
 
-# MD5 of each file as torchvision leaves it: the decompressed .gz archive whose MD5
-# torchvision publishes (FashionMNIST.resources in torchvision/datasets/mnist.py) and
-# checks when it downloads; torchvision never checks the decompressed files again.
-_MD5 = {'train-images-idx3-ubyte': '66f0043fc0797d889438347ff2e63854',
-        'train-labels-idx1-ubyte': '9018921c3c673c538a1fc5bad174d6f9',
-        't10k-images-idx3-ubyte': '647a0e6355d3f0d44af3224f6aba1076',
-        't10k-labels-idx1-ubyte': '15d484375f8d13e6eb1aabb0c3f46965'}
-_STAMP = '.md5-checked.json'  # in the raw folder: files already checked, by size+mtime
-_checked = set()  # (path, size, mtime) checked in this process, when no stamp is kept
+# A file is accepted when its MD5 is that file's in either table. The official files,
+# as torchvision leaves them: it checks the MD5s of the archives it downloads (the
+# published ones, in FashionMNIST.resources in torchvision/datasets/mnist.py), then
+# unpacks them; the unpacked files have these MD5s, as public loaders list them.
+_OFFICIAL_MD5 = {'train-images-idx3-ubyte': 'f4a8712d7a061bf5bd6d2ca38dc4d50a',
+                 'train-labels-idx1-ubyte': '9018921c3c673c538a1fc5bad174d6f9',
+                 't10k-images-idx3-ubyte': '8181f5470baa50b63fa0f6fddb340f0a',
+                 't10k-labels-idx1-ubyte': '15d484375f8d13e6eb1aabb0c3f46965'}
+# The offline copy in ../shared/data: its images were re-assembled from a copy grouped
+# by class, in another order within each class, so their bytes differ; its labels are
+# the official bytes.
+_OFFLINE_COPY_MD5 = {'train-images-idx3-ubyte': '66f0043fc0797d889438347ff2e63854',
+                     'train-labels-idx1-ubyte': '9018921c3c673c538a1fc5bad174d6f9',
+                     't10k-images-idx3-ubyte': '647a0e6355d3f0d44af3224f6aba1076',
+                     't10k-labels-idx1-ubyte': '15d484375f8d13e6eb1aabb0c3f46965'}
+
+
+def _accepted(name, md5):
+    """Whether md5 is that of the official file name or of the offline copy's."""
+    return md5 in (_OFFICIAL_MD5[name], _OFFLINE_COPY_MD5[name])
 
 
 def _damaged(path, what):
@@ -67,59 +77,25 @@ def _damaged(path, what):
         'Delete it to download it again, or copy an intact one there.')
 
 
-def _fingerprint(path):
-    """(size, modification time in ns): a changed file gets a new one."""
-    stat = path.stat()
-    return [stat.st_size, stat.st_mtime_ns]
-
-
-def _read_stamp(raw):
-    """{file name: fingerprint} of the files checked before, from the stamp file."""
-    try:
-        return json.loads((raw / _STAMP).read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _write_stamp(raw, stamp):
-    """Keep the stamp for the next process; a read-only folder keeps none."""
-    if not raw.stat().st_mode & 0o200:  # marked read-only: even root leaves it as is
-        return
-    tmp = raw / f'{_STAMP}.{os.getpid()}.tmp'
-    try:
-        tmp.write_text(json.dumps(stamp))
-        os.replace(tmp, raw / _STAMP)  # atomic: ranks that write at once do not tear it
-    except OSError:
-        tmp.unlink(missing_ok=True)
-
-
-def _check_md5(raw, train):
-    """Raise for a file whose MD5 is wrong; a file is hashed once, until it changes."""
-    stamp, new = _read_stamp(raw), False
-    for name, _ in _FILES[train]:
-        path = raw / name
-        if not path.is_file():
-            continue
-        mark = _fingerprint(path)
-        if stamp.get(name) == mark or (str(path), *mark) in _checked:
-            continue
-        with open(path, 'rb') as f:
-            md5 = hashlib.file_digest(f, 'md5').hexdigest()
-        if md5 != _MD5[name]:
-            raise _damaged(path, f'its MD5 is {md5} instead of {_MD5[name]}')
-        stamp[name], new = mark, True
-        _checked.add((str(path), *mark))
-    if new:
-        _write_stamp(raw, stamp)
-
-
-def _check_files(raw, train):
-    """Raise DataUnavailableError naming a file that is there but damaged."""
+def _check_sizes(raw, train):
+    """Raise DataUnavailableError naming a file that is there with the wrong size."""
     for name, size in _FILES[train]:
         path = raw / name
         if path.is_file() and path.stat().st_size != size:
             raise _damaged(path, f'{path.stat().st_size:,} bytes instead of {size:,}')
-    _check_md5(raw, train)
+
+
+def _read_intact(path):
+    """The bytes of a data file; DataUnavailableError if their MD5 is not accepted."""
+    content = path.read_bytes()
+    # hashed at every read, nothing remembered: a 47 MB file takes about 0.1 s, and
+    # nothing is written into a data folder that may be read-only or shared
+    md5 = hashlib.md5(content, usedforsecurity=False).hexdigest()
+    if not _accepted(path.name, md5):
+        known = ' or '.join(dict.fromkeys((_OFFICIAL_MD5[path.name],
+                                           _OFFLINE_COPY_MD5[path.name])))
+        raise _damaged(path, f'its MD5 is {md5} instead of {known}')
+    return content
 
 
 def read_fashion_mnist(train, root=None):
@@ -129,7 +105,7 @@ def read_fashion_mnist(train, root=None):
             f'train={train!r}: pass True (training set) or False (test set).')
     root = Path(root) if root is not None else data_root()
     raw = root / 'FashionMNIST' / 'raw'
-    _check_files(raw, train)  # sizes and MD5s of the files that are there
+    _check_sizes(raw, train)  # a truncated file: named, not downloaded over
     if all((raw / name).is_file() for name, _ in _FILES[train]):
         return _read_idx(raw, train)
     made = [f for f in (root, root / 'FashionMNIST', raw)
@@ -150,7 +126,7 @@ def read_fashion_mnist(train, root=None):
             'or run once with internet access.') from None
     # torchvision checked the archives it fetched; the files it unpacked are read (and
     # checked) as those found in place
-    _check_files(raw, train)
+    _check_sizes(raw, train)
     return _read_idx(raw, train)
 
 
@@ -160,8 +136,10 @@ def _read_idx(raw, train):
     # IDX files: a 16-byte header (magic, count, rows, columns) before the pixels, an
     # 8-byte one (magic, count) before the labels (read_sn3_pascalvincent_tensor in
     # torchvision/datasets/mnist.py); size and MD5 are checked, so the rest is data.
-    X = torch.frombuffer(bytearray((raw / images).read_bytes()[16:]), dtype=torch.uint8)
-    y = torch.frombuffer(bytearray((raw / labels).read_bytes()[8:]), dtype=torch.uint8)
+    X = torch.frombuffer(bytearray(_read_intact(raw / images)), dtype=torch.uint8,
+                         offset=16)
+    y = torch.frombuffer(bytearray(_read_intact(raw / labels)), dtype=torch.uint8,
+                         offset=8)
     # Same values as transforms.ToTensor(); labels int64, as torchvision's targets
     return X.view(-1, 1, 28, 28).float().div_(255), y.long()
 

@@ -149,3 +149,26 @@ def test_a_damaged_download_is_named_in_one_line(mirror, tmp_path, monkeypatch):
     root = tmp_path / 'data'
     with pytest.raises(dp.DataUnavailableError, match=r'is damaged: its MD5 is '):
         dp.read_fashion_mnist(False, root=root)
+
+
+def test_a_damaged_file_deleted_as_the_message_says_is_downloaded_again(
+        mirror, tmp_path, fashion_root):
+    root = tmp_path / 'data'
+    raw = root / 'FashionMNIST' / 'raw'
+    raw.mkdir(parents=True)
+    for name in ('t10k-images-idx3-ubyte', 't10k-labels-idx1-ubyte'):
+        (raw / name).write_bytes((fashion_root / 'FashionMNIST' / 'raw' / name)
+                                 .read_bytes())
+    labels = bytearray((raw / 't10k-labels-idx1-ubyte').read_bytes())
+    labels[100] ^= 1  # same size: only the MD5 tells
+    (raw / 't10k-labels-idx1-ubyte').write_bytes(labels)
+    with pytest.raises(dp.DataUnavailableError) as error:
+        dp.read_fashion_mnist(False, root=root)
+    message = str(error.value)
+    assert '\n' not in message and 'Delete it to download it again' in message
+    named = message.split(' is damaged: ')[0]
+    assert named == str(raw / 't10k-labels-idx1-ubyte')
+    os.remove(named)  # as the message says
+    X, y = dp.read_fashion_mnist(False, root=root)  # from the mirror
+    X_ref, y_ref = dp.read_fashion_mnist(False, root=fashion_root)
+    assert torch.equal(X, X_ref) and torch.equal(y, y_ref)
