@@ -14,6 +14,8 @@ import subprocess
 import sys
 import time
 
+import psutil
+
 from . import network
 from .cli import JobArgumentError, check_arguments  # noqa: F401 (launch's errors)
 from .paths import work_dir
@@ -104,8 +106,8 @@ def _read_lines(procs, echo, deadline, family):
             os.set_blocking(pipe.fileno(), False)
             selector.register(pipe, selectors.EVENT_READ, (i, j))
     while selector.get_map():
-        if time.monotonic() - looked > 0.5:  # a walk over /proc costs milliseconds
-            family |= _descendants([p.pid for p in procs])
+        if time.monotonic() - looked > 0.5:  # a walk over all processes: milliseconds
+            family |= _descendants(_unreaped(procs))
             looked = time.monotonic()
         if all(p.poll() is not None for p in procs):
             _kill(procs, family)  # the launchers are gone: end workers holding a pipe
@@ -131,35 +133,38 @@ def _read_lines(procs, echo, deadline, family):
     return [(''.join(out), ''.join(err)) for out, err in texts]
 
 
-def _stat(pid):
-    """(parent pid, start time) of a live process from /proc/<pid>/stat, or None."""
-    try:
-        with open(f'/proc/{pid}/stat') as f:
-            fields = f.read().rsplit(')', 1)[1].split()  # the name may hold spaces
-    except OSError:
-        return None
-    return int(fields[1]), int(fields[19])  # fields 4 and 22 of proc(5)
+# Reading the process table is best effort. A process that vanishes or is not ours
+# raises NoSuchProcess, ZombieProcess or AccessDenied (psutil.Error); a table that
+# cannot be read raises OSError (psutil.pids() lists /proc on Linux), IndexError (an
+# empty /proc: `_LOWEST_PID = ret[0]` in psutil/__init__.py) or what psutil's C code
+# raises elsewhere (RuntimeError on macOS, psutil#910). None of them may stop a job's
+# end: a process that cannot be read is not killed by pid, and _stop still ends the job
+# through torchrun's SIGTERM and the launchers' process groups.
 
 
 def _started(pid):
     """(pid, start time) of a live process, or None: a pid reused later differs."""
-    stat = _stat(pid)
-    return None if stat is None else (pid, stat[1])
+    try:
+        return pid, psutil.Process(pid).create_time()
+    except Exception:  # gone, or unreadable (see above)
+        return None
 
 
 def _descendants(pids):
-    """Every live process below the given ones, as _started pairs (Linux's /proc)."""
-    children = {}
-    for name in os.listdir('/proc'):
-        stat = _stat(name) if name.isdigit() else None
-        if stat is not None:
-            children.setdefault(stat[0], []).append((int(name), stat[1]))
-    found, todo = set(), list(pids)
-    while todo:
-        for child in children.get(todo.pop(), []):
-            todo.append(child[0])
-            found.add(child)
+    """Every process below the given ones that can be read, as _started pairs."""
+    found = set()
+    for pid in pids:
+        try:  # children() skips a child that vanishes mid-walk, and a reused pid
+            found |= {(child.pid, child.create_time())  # cached by children()
+                      for child in psutil.Process(pid).children(recursive=True)}
+        except Exception:  # gone, or unreadable (see above)
+            pass
     return found
+
+
+def _unreaped(procs):
+    """The pids of the launchers not yet reaped: none of them can belong to another."""
+    return [p.pid for p in procs if p.returncode is None]
 
 
 def _kill(procs, family):
@@ -183,7 +188,7 @@ def _stop(procs, family, grace=10):
     torch/distributed/elastic/agent/server/api.py). What survives the grace period is
     killed, from the list of processes found before any signal was sent.
     """
-    family = set(family) | _descendants([p.pid for p in procs])
+    family = set(family) | _descendants(_unreaped(procs))
     for p in procs:
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
@@ -229,10 +234,14 @@ def launch(*commands, env=None, timeout=900, echo=False, bandwidth=None):
     receives each line instead. When the commands finish, fail or time out, or the
     caller is interrupted (Ctrl-C, a kernel interrupt), every process they started is
     ended (_stop); if the caller itself is killed, Linux sends the launchers SIGTERM
-    (_ORPHAN_GUARD), so no worker is left behind. Raises RuntimeError (with the end of
-    every process's output) on failure. With bandwidth (bits per second), each command
-    runs behind a private loopback of that rate (network.throttled_command).
+    (_ORPHAN_GUARD), so no worker is left behind (elsewhere the job runs on to its own
+    end). Raises RuntimeError (with the end of every process's output) on failure, and
+    on Windows. With bandwidth (bits per second), each command runs behind a private
+    loopback of that rate (network.throttled_command).
     """
+    if os.name != 'posix':  # os.killpg, SIGKILL, setsid and select() on pipes
+        raise RuntimeError('launch runs jobs on Linux and macOS only: on Windows, run '
+                           'the chapters in WSL (Windows Subsystem for Linux)')
     problem = bandwidth is not None and network.throttle_problem()
     if problem:
         raise RuntimeError(f'bandwidth={bandwidth:g} cannot be set on this machine: '

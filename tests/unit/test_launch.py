@@ -1,6 +1,7 @@
 """The launch helper: rank 0's lines arrive while the job runs; failures, time limits,
 Ctrl-C and a killed caller end every process and say what happened."""
 import contextlib
+import errno
 import os
 import signal
 import subprocess
@@ -8,6 +9,7 @@ import sys
 import textwrap
 import time
 
+import psutil
 import pytest
 from jupyter_client.manager import start_new_kernel
 
@@ -145,15 +147,33 @@ launch.launch(ast.literal_eval(sys.argv[1]), env={'CUDA_VISIBLE_DEVICES': ''},
 '''
 
 
+def end_leftovers(leftovers, marker):
+    """SIGKILL what a test left running: a failed test leaves nothing either."""
+    for pid, _ in leftovers(marker, 0):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 @pytest.fixture
 def sleeping_job(tmp_path, leftovers):
     """(command, marker) of a torchrun job that never ends; killed after the test."""
     program = tmp_path / 'sleeps.py'
     program.write_text(SLEEPS)
     yield launch.torchrun_command([], world_size=2, script=program), str(program)
-    for pid, _ in leftovers(str(program), 0):  # a failed test leaves nothing either
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    end_leftovers(leftovers, str(program))
+
+
+OUTLIVES = ('import subprocess, sys\n'
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', "
+            'sys.argv[1]])')
+
+
+@pytest.fixture
+def outliving_job(tmp_path, leftovers):
+    """(command, marker) of a launcher that exits at once while its child sleeps on."""
+    marker = str(tmp_path / 'outlives')
+    yield [sys.executable, '-c', OUTLIVES, marker], marker
+    end_leftovers(leftovers, marker)
 
 
 def start_caller(command):
@@ -273,3 +293,162 @@ def test_reply_to_skips_the_replies_to_earlier_requests():
         def get_shell_msg(self, timeout):
             return self.replies.pop(0)
     assert reply_to(Client(), 'cell', timeout=1)['content'] == {'ename': 'X'}
+
+
+# --- Where the process table cannot be read: macOS has no /proc ---------------------
+# launch reads the process table through psutil; a process that vanishes or cannot be
+# read must not stop a job's end, and where none can be read, torchrun's SIGTERM and
+# the launchers' process groups still end it.
+
+TREE = '''
+import signal, subprocess, sys, time
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps a child as it ends
+children = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])
+            for _ in range(2)]
+print(*[child.pid for child in children], flush=True)
+time.sleep(60)
+'''
+
+
+@pytest.fixture
+def tree():
+    """(launcher, its two children's pids): a process tree, killed after the test."""
+    launcher = subprocess.Popen([sys.executable, '-c', TREE], stdout=subprocess.PIPE,
+                                text=True, start_new_session=True)
+    pids = [int(pid) for pid in launcher.stdout.readline().split()]
+    yield launcher, pids
+    os.killpg(launcher.pid, signal.SIGKILL)
+    launcher.wait()
+    launcher.stdout.close()
+
+
+def test_the_walk_survives_a_process_that_ends_in_the_middle(tree, monkeypatch):
+    launcher, (ends, stays) = tree
+    table = psutil._ppid_map  # children() reads the table first, then each child
+
+    def table_then_an_end():
+        ppids = table()
+        os.kill(ends, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while psutil.pid_exists(ends) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return ppids
+    monkeypatch.setattr(psutil, '_ppid_map', table_then_an_end)
+    assert launch._descendants([launcher.pid]) == {launch._started(stays)}
+    assert launch._started(ends) is None
+
+
+@pytest.mark.parametrize('error', [psutil.NoSuchProcess, psutil.ZombieProcess,
+                                   psutil.AccessDenied, PermissionError])
+def test_a_process_that_cannot_be_read_is_left_alone(tree, monkeypatch, error):
+    launcher, (unreadable, readable) = tree
+    remembered = launch._started(unreadable)
+    read = psutil.Process.create_time
+
+    def create_time(self):
+        if self.pid == unreadable:
+            raise error(self.pid)
+        return read(self)
+    monkeypatch.setattr(psutil.Process, 'create_time', create_time)
+    # AccessDenied ends psutil's walk (children() lets it through): nothing is found
+    assert launch._descendants([launcher.pid]) <= {launch._started(readable)}
+    assert launch._started(unreadable) is None
+    launch._kill([], {remembered})  # not killed: it may no longer be the same process
+    assert psutil.pid_exists(unreadable)
+
+
+def no_proc(*args, **kwargs):
+    """psutil.Process where there is no /proc to read, as os.listdir('/proc') fails."""
+    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), '/proc')
+
+
+def test_with_no_process_readable_the_launchers_group_still_ends(monkeypatch,
+                                                                 outliving_job,
+                                                                 leftovers):
+    monkeypatch.setattr(psutil, 'Process', no_proc)
+    command, marker = outliving_job
+    start = time.monotonic()
+    assert launch.launch(command, timeout=30) == ['']
+    assert time.monotonic() - start < 20
+    assert leftovers(marker) == []
+
+
+# This machine's file tree without /proc, as on macOS: in a user and mount namespace,
+# /proc is covered with a tmpfs that gets every other top folder bound into it, and
+# chroot goes there. os.listdir('/proc') and psutil.pids() raise FileNotFoundError.
+WITHOUT_PROC = r'''
+mount -t tmpfs no-proc /proc && mkdir /proc/root || exit 1
+for path in /*; do
+  name=${path#/}
+  if [ "$name" = proc ]; then continue
+  elif [ -L "$path" ]; then cp -P "$path" "/proc/root/$name" || exit 1
+  elif [ -d "$path" ]; then
+    mkdir "/proc/root/$name" && mount --rbind "$path" "/proc/root/$name" || exit 1
+  fi
+done
+exec chroot /proc/root sh -c 'cd "$0" && exec "$@"' "$PWD" "$@"
+'''
+
+
+def without_proc(argv):
+    """argv run on this machine's files without /proc (unshare, then WITHOUT_PROC)."""
+    return ['unshare', '--user', '--map-root-user', '--mount', 'sh', '-c', WITHOUT_PROC,
+            'sh', *map(str, argv)]
+
+
+@pytest.fixture
+def hidden_proc():
+    """without_proc; skip where no user namespace can be made, fail where it must."""
+    try:
+        result = subprocess.run(without_proc(['test', '!', '-e', '/proc']),
+                                capture_output=True, text=True, timeout=60)
+        problem = result.returncode and (result.stderr.strip() or 'unshare failed')
+    except OSError as error:  # no unshare
+        problem = str(error)
+    if problem and os.environ.get('MULTIGPU_REQUIRE_THROTTLE'):  # as conftest's
+        pytest.fail(f'user namespaces are required, yet: {problem}')
+    if problem:
+        pytest.skip(f'/proc cannot be hidden here: {problem}')
+    return without_proc
+
+
+CALLER_WITHOUT_PROC = '''
+import ast, os, sys
+from data_parallel import launch
+print('/proc exists:', os.path.exists('/proc'), flush=True)
+try:
+    launch.launch(ast.literal_eval(sys.argv[1]), env={'CUDA_VISIBLE_DEVICES': ''},
+                  timeout=int(sys.argv[2]), echo=True)
+    print('ended')
+except RuntimeError as error:
+    print(error)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('job, said', [
+    ('sleeping_job', ['ready', 'the job ran past its 25 s limit and was stopped: give '
+                               'it more time (timeout=...)']),
+    ('outliving_job', ['ended'])], ids=['torchrun-at-its-limit', 'a-child-outlives'])
+def test_with_no_proc_a_job_still_ends_with_nothing_left(job, said, hidden_proc,
+                                                         request, leftovers):
+    command, marker = request.getfixturevalue(job)
+    caller = subprocess.run(hidden_proc([sys.executable, '-c', CALLER_WITHOUT_PROC,
+                                         repr(command), 25]),
+                            capture_output=True, text=True, timeout=180)
+    assert caller.stdout.splitlines() == ['/proc exists: False', *said], caller.stderr
+    assert leftovers(marker) == []
+
+
+def test_launch_on_windows_says_so_in_one_line(monkeypatch):
+    monkeypatch.setattr(os, 'name', 'nt')
+    with pytest.raises(RuntimeError, match=r'^launch runs jobs on Linux and macOS '
+                                           r'only: on Windows, run the chapters in WSL '
+                                           r'\(Windows Subsystem for Linux\)$'):
+        launch.launch(['true'])
+
+
+def test_the_orphan_guard_is_linux_only(monkeypatch):
+    """PR_SET_PDEATHSIG is Linux's: elsewhere the launcher starts as it is."""
+    monkeypatch.setattr(sys, 'platform', 'darwin')
+    assert launch._guarded(['torchrun', '-m', 'x']) == ['torchrun', '-m', 'x']
