@@ -188,9 +188,9 @@ benchmark: $(STAMP)
 	$(PY) tools/wire_benchmark.py
 
 # ---- On a GPU machine (added target; not part of `make test`) ------------------------
-#   make gpu-check  unit tests and nbval (chapters 1-6) on CUDA, chapter 7's DDP job on
-#                   every GPU, ResNet-18 for 2 epochs, ring vs all_reduce (2+ GPUs); one
-#                   summary table, about 9 minutes on one GPU. No GPU: says so, exits 0.
+#   make gpu-check  the tests marked cuda and nbval (chapters 1-6) on CUDA, chapter 7's
+#                   DDP job on every GPU, ResNet-18 for 2 epochs, ring vs all_reduce (2+
+#                   GPUs); one summary table. No GPU: says so, exits 0.
 .PHONY: gpu-check
 
 gpu-check: $(STAMP)

@@ -1,7 +1,7 @@
 """make gpu-check: the book's GPU paths in a few minutes, ending in one summary table.
 
 On a machine with at least one GPU it runs these steps, one after the other, each under
-its own time limit (about 9 minutes in all on one modern GPU):
+its own time limit (at most 25 minutes in all; not yet timed on a GPU):
 
 0. Fashion-MNIST in MULTIGPU_DATA, downloaded when missing (without it pytest would
    quietly skip every test that reads it);
