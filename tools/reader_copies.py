@@ -17,9 +17,10 @@ notebooks/NN_*.ipynb: the same cells (same code, same stored outputs), MyST reso
 - glue outputs dropped (a plain Jupyter has no renderer for them); a line under the
   title says where the book is and that the numbers are from the stored run.
 
-The book's buttons point here: the Colab button to notebooks/ on GitHub, the download
-button to the copy the build writes (book/_ext/book_html_fixes.py). Any other MyST in a
-Markdown cell stops the tool with one line naming the chapter.
+The book's buttons point here: the Colab button to notebooks/ on GitHub at the release
+tag v<version> (the tag whose package the first cell installs), the download button to
+the copy the build writes (book/_ext/book_html_fixes.py). Any other MyST in a Markdown
+cell stops the tool with one line naming the chapter.
 tests/book/test_reader_copies.py checks that notebooks/ is up to date and reads right.
 
     python tools/reader_copies.py            write notebooks/ (make reader-copies)

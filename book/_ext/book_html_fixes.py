@@ -15,7 +15,9 @@ HTML that the browser check (tests/browser) found in the stock Jupyter Book 1 st
   under -W).
 - The chapters a reader runs outside the book read right (issue 24): the Colab button
   opens the chapter's reader copy, `<reader_copies>/NN_x.ipynb` on GitHub (config value
-  `reader_copies`, set in _config.yml), and the download button gives the same copy:
+  `reader_copies`, set in _config.yml), at the release tag v<version> of pyproject.toml
+  rather than the branch, so that the notebook and the package its first cell installs
+  (that tag too) come from one commit; the download button gives the same copy:
   after the build, `_sources/book/NN_x.ipynb` is replaced by the reader copy made from
   the chapter (tools/reader_copies.py: glued numbers as numbers, solutions as HTML
   <details>, no MyST a plain Jupyter shows raw).
@@ -24,6 +26,7 @@ HTML that the browser check (tests/browser) found in the stock Jupyter Book 1 st
   picture (class `hero`) takes the column's width.
 """
 import importlib.util
+import tomllib
 from pathlib import Path
 
 from docutils import nodes
@@ -102,20 +105,32 @@ def _reader_copies_module(app):
     return module
 
 
+def _release_tag(app):
+    """v<version> of pyproject.toml: the tag tools/release.py gives this version.
+
+    Read from the file, not importlib.metadata: an editable install keeps the version
+    it was installed with until it is reinstalled.
+    """
+    text = (Path(app.confdir) / 'pyproject.toml').read_text(encoding='utf-8')
+    return f"v{tomllib.loads(text)['project']['version']}"
+
+
 def _colab_to_reader_copy(app, pagename, templatename, context, doctree):
-    """The Colab button of a chapter opens its reader copy instead of its source."""
+    """The Colab button of a chapter opens its reader copy at the release tag."""
     folder = app.config.reader_copies
     if not folder:
         return
     source = f'/{pagename}.ipynb'
-    reader = f'/{folder}/{Path(pagename).name}.ipynb'
+    reader = f'/blob/{_release_tag(app)}/{folder}/{Path(pagename).name}.ipynb'
 
     def walk(buttons):
         for button in buttons:
             walk(button.get('buttons', []))
             url = button.get('url', '')
             if button.get('text') == 'Colab' and url.endswith(source):
-                button['url'] = url.removesuffix(source) + reader
+                # .../github/OWNER/REPO/blob/BRANCH/book/NN_x.ipynb: a new blob/TAG/
+                repository = url.removesuffix(source).rpartition('/blob/')[0]
+                button['url'] = repository + reader
     walk(context.get('header_buttons', []))
 
 

@@ -77,7 +77,8 @@ def project_version():
 
 def test_install_cell_installs_the_version_the_notebook_was_written_with():
     """Issue 21-6 and 24: the cell pins the package version of pyproject.toml (the tag
-    v<version>), not the moving main branch; bump both together and tag the release."""
+    v<version>), not the moving main branch; bump both together: tools/release.py tags
+    the new version when main's tests pass (release.yml)."""
     source = ''.join(bootstrap_cell(CHAPTERS[0])['source'])
     pinned = re.search(r"^VERSION = '([^']+)'$", source, re.MULTILINE)
     assert pinned, 'the install cell names no VERSION'
@@ -86,14 +87,14 @@ def test_install_cell_installs_the_version_the_notebook_was_written_with():
     assert "f'{url}@v{VERSION}'" in source, 'it installs the tag v<VERSION>'
 
 
-def run_install_cell(monkeypatch, returncode):
+def run_install_cell(monkeypatch, returncode, stderr=b'\x1b[31mERROR'):
     """The install cell with data_parallel missing and pip answering returncode."""
     import importlib.util
     calls = []
 
     def pip(args, **kwargs):
         calls.append(args)
-        return subprocess.CompletedProcess(args, returncode, b'', b'\x1b[31mERROR')
+        return subprocess.CompletedProcess(args, returncode, b'', stderr)
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, 'find_spec', lambda name, *a: (
         None if name == 'data_parallel' else find_spec(name, *a)))
@@ -112,6 +113,51 @@ def test_install_cell_fails_in_one_line_that_says_what_to_do(monkeypatch, capsys
     assert 'MULTIGPU_BOOK_PACKAGE' in line and f'multigpu_book-{version}-' in line, line
     assert f'@v{version}' in line  # it names what it tried
     assert capsys.readouterr().out == ''  # pip's own (coloured) output is not shown
+
+
+def failure_line(monkeypatch, stderr):
+    """The one line the install cell shows when pip fails and writes stderr."""
+    with pytest.raises(Exception) as failed:
+        run_install_cell(monkeypatch, returncode=1, stderr=stderr)
+    line, = failed.value._render_traceback_()
+    return line
+
+
+# What pip wrote when it failed, colours and all: pip 26, then pip 23 (pip of Colab's
+# age), whose last line is a note; both shortened
+NO_WHEEL = (b"\x1b[33mWARNING: Requirement '/w.whl' looks like a filename, but the "
+            b"file does not exist\x1b[0m\n"
+            b"\x1b[31mERROR: Could not install packages due to an OSError: [Errno 2] "
+            b"No such file or directory: '/w.whl'\x1b[0m\n\n")
+NO_HOST = '''\
+  error: subprocess-exited-with-error
+
+  × git clone --filter=blob:none --quiet https://github.com/o/r /tmp/pip-req-build-x
+  │ exit code: 128
+  ╰─> [1 lines of output]
+      fatal: unable to access 'https://github.com/o/r/': Could not resolve host: x.y
+      [end of output]
+
+  note: This error originates from a subprocess, and is likely not a problem with pip.
+error: subprocess-exited-with-error
+
+× git clone --filter=blob:none --quiet https://github.com/o/r /tmp/pip-req-build-x
+╰─> See above for output.
+
+note: This error originates from a subprocess, and is likely not a problem with pip.
+'''.encode()
+
+
+def test_install_cell_failure_says_what_pip_said(monkeypatch):
+    """Not only "offline?": pip's own last error, without its colour codes."""
+    line = failure_line(monkeypatch, NO_WHEEL)
+    assert ("OSError: [Errno 2] No such file or directory: '/w.whl'. Offline? Set "
+            'MULTIGPU_BOOK_PACKAGE') in line, line
+    assert '\x1b' not in line and 'WARNING' not in line and '(offline?)' not in line
+    line = failure_line(monkeypatch, NO_HOST)  # git's words, not pip's closing note
+    assert (": fatal: unable to access 'https://github.com/o/r/': Could not resolve "
+            'host: x.y. Offline?') in line, line
+    assert ': pip exited with 1. Offline?' in failure_line(monkeypatch, b'\n')
 
 
 def test_install_cell_installs_the_pinned_tag(monkeypatch, capsys):
@@ -144,6 +190,7 @@ def test_install_cell_offline_in_a_kernel_prints_one_line(tmp_path):
     assert [o['output_type'] for o in outputs] == ['error'], outputs
     assert len(outputs[0]['traceback']) == 1, outputs[0]['traceback']
     assert 'MULTIGPU_BOOK_PACKAGE' in outputs[0]['traceback'][0]
+    assert 'No such file or directory' in outputs[0]['traceback'][0]  # pip's words
 
 
 @pytest.mark.slow

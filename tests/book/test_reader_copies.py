@@ -1,11 +1,12 @@
 """What a reader who runs a chapter outside the book opens reads right (issue 24).
 
-The Colab button opens notebooks/NN_x.ipynb on GitHub and the download button gives the
-same reader copy (book/_ext/book_html_fixes.py); `make lab` opens that folder. These
-tests open every reader copy as a plain Jupyter would and find no MyST role or directive
-(which it shows raw), every glued number written out as the book formats it, chapter
-7's program as Python code, and the solutions marked and collapsed. The copies must be
-what tools/reader_copies.py makes of the chapters now (`make reader-copies`).
+The Colab button opens notebooks/NN_x.ipynb on GitHub, at the release tag v<version>,
+and the download button gives the same reader copy (book/_ext/book_html_fixes.py);
+`make lab` opens that folder. These tests open every reader copy as a plain Jupyter
+would and find no MyST role or directive (which it shows raw), every glued number
+written out as the book formats it, chapter 7's program as Python code, and the
+solutions marked and collapsed. The copies must be what tools/reader_copies.py makes
+of the chapters now (`make reader-copies`).
 """
 import ast
 import importlib.util
@@ -14,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from ast import literal_eval
 
 import nbformat
@@ -204,18 +206,27 @@ def test_colab_and_download_buttons_point_to_the_reader_copies():
         'book_html_fixes', ROOT / 'book' / '_ext' / 'book_html_fixes.py')
     fixes = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fixes)
-    colab = 'https://colab.research.google.com/github/o/r/blob/main'
+    colab = 'https://colab.research.google.com/github/o/r'
     context = {'header_buttons': [{'buttons': [
-        {'text': 'Colab', 'url': f'{colab}/book/06_training.ipynb'},
+        {'text': 'Colab', 'url': f'{colab}/blob/main/book/06_training.ipynb'},
         {'text': 'Binder', 'url': 'https://mybinder.org/x/book/06_training.ipynb'}]}]}
 
     class App:
+        confdir = str(ROOT)
+
         class config:
             reader_copies = READER.name
     fixes._colab_to_reader_copy(App, 'book/06_training', None, context, None)
     buttons = context['header_buttons'][0]['buttons']
-    assert buttons[0]['url'] == f'{colab}/notebooks/06_training.ipynb'
+    # at the tag whose package the copy's first cell installs: main's notebook may need
+    # a newer package than that tag's
+    version = tomllib.loads((ROOT / 'pyproject.toml').read_text())['project']['version']
+    assert buttons[0]['url'] == f'{colab}/blob/v{version}/notebooks/06_training.ipynb'
     assert buttons[1]['url'].endswith('/book/06_training.ipynb')  # only Colab's
+    chapter = next(c for c in CHAPTERS if c.name.startswith('06_'))
+    install = next(c for c in load(reader_copy(chapter))['cells']
+                   if c['cell_type'] == 'code')
+    assert f"VERSION = '{version}'" in text(install).splitlines()  # and installs it
 
 
 def test_reader_copies_are_not_collected_as_tests():

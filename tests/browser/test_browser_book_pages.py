@@ -20,6 +20,7 @@ it at another book or build.
 """
 import os
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -125,12 +126,14 @@ def chapter_problems(driver, rel, nb):
     hrefs = set(driver.execute_script(
         "return Array.from(document.querySelectorAll('a[href]')).map(a => a.href)"))
     src = rel.removesuffix('.html') + '.ipynb'
-    # Colab and the download give the chapter's reader copy (tools/reader_copies.py)
+    # Colab and the download give the chapter's reader copy (tools/reader_copies.py);
+    # Colab opens it at the release tag, whose package its first cell installs
     reader = f"{cfg['sphinx']['config']['reader_copies']}/{Path(src).name}"
+    version = tomllib.loads((ROOT / 'pyproject.toml').read_text())['project']['version']
     wanted = {
         'Colab launch button': f"{cfg['launch_buttons']['colab_url'].rstrip('/')}/github/"
                                f"{repo.split('github.com/')[1]}/blob/"
-                               f"{cfg['repository']['branch']}/{reader}",
+                               f"v{version}/{reader}",
         '.ipynb download button': f'_sources/{src}',
         'repository button': repo,
         'issue button': f'{repo}/issues/new',

@@ -121,15 +121,17 @@ def uses(doc, action):
 
 
 def check_pages(doc):
-    """Pushes to main whose ci passed run `make book` on that commit (CPU wheels) and
-    deploy _build/html with the least rights."""
-    assert doc['on']['workflow_run'] == {'workflows': ['ci'], 'types': ['completed'],
+    """Pushes to main whose ci passed and whose release (tag) succeeded run `make book`
+    on that commit (CPU wheels) and deploy _build/html with the least rights."""
+    assert doc['on']['workflow_run'] == {'workflows': ['release'],
+                                         'types': ['completed'],
                                          'branches': ['main']}, doc['on']
     assert set(doc['on']) <= {'workflow_run', 'workflow_dispatch'}  # no pull request
+    assert load('release.yml')['name'] == 'release'
     build = doc['jobs']['build']
     gate = ' '.join(build['if'].split())
-    assert "github.event.workflow_run.conclusion == 'success'" in gate, gate
-    assert "github.event.workflow_run.event == 'push'" in gate, gate
+    assert gate == ("github.event_name == 'workflow_dispatch' || "
+                    "github.event.workflow_run.conclusion == 'success'"), gate
     checkout, = uses(doc, 'actions/checkout')
     assert 'workflow_run.head_sha' in checkout['with']['ref']  # the commit ci tested
     assert doc['permissions'] == {'contents': 'read'}
@@ -166,8 +168,10 @@ PAGES_MUTATIONS = {
     'publishes from any branch': lambda d: d['on']['workflow_run'].pop('branches'),
     'publishes pull requests': lambda d: d['on'].update(pull_request=None),
     'publishes on a push, tested or not': lambda d: d['on'].update(push=None),
-    'publishes a failed run': lambda d: d['jobs']['build'].update(
+    'publishes a failed release': lambda d: d['jobs']['build'].update(
         {'if': "github.event.workflow_run.event == 'push'"}),
+    'does not wait for the tag': lambda d: d['on']['workflow_run'].update(
+        workflows=['ci']),
     'builds main, not the commit tested': lambda d: uses(d, 'actions/checkout')[0].pop(
         'with'),
     'CUDA wheels': lambda d: d.pop('env'),
