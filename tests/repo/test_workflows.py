@@ -99,7 +99,7 @@ def test_ci_runs_the_fast_tests_a_ddp_job_and_chapters_on_macos():
 def test_torch_index_installs_the_pinned_cpu_wheels_first(make_env, tmp_path):
     """make TORCH_INDEX=...: torch and torchvision at requirements.txt's pins from that
     index, before requirements.txt (whose ==2.14.1 their 2.14.1+cpu satisfies)."""
-    plan = subprocess.run(['make', '-n', '--no-print-directory', '-f',
+    plan = subprocess.run(['make', '-n', '-B', '--no-print-directory', '-f',
                            str(ROOT / 'Makefile'), '.venv/.installed',
                            f'TORCH_INDEX={CPU_WHEELS}'], cwd=ROOT, env=make_env,
                           capture_output=True, text=True, timeout=60, check=True)
