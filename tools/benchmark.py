@@ -1,39 +1,26 @@
 """Where the time goes: one table of ratios, measured in one run on this machine.
 
-From the repository's root (about 4 minutes on 2 CPU cores; or: make benchmark):
+    MULTIGPU_DATA=/path/to/data .venv/bin/python -m tools.benchmark [--check]
 
-    MULTIGPU_DATA=/path/to/data .venv/bin/python tools/benchmark.py
+About 4 minutes on 2 CPU cores (make benchmark; make speed adds --check). Without a
+GPU a device is one CPU core (dp.use_one_core), the 1-device baselines too. With k = 2
+devices and chapter 8's own timing functions it measures, in this process, the data
+pipeline (the article's per-image loader against dp.load_fashion_mnist) and the
+training step (the article's loop, dp.train_batch, and the improved one,
+dp.train_batch_flat with a thread per device, on 1 and 2 devices, against the bare
+passes); through data_parallel.launch.run it starts perf_workers jobs: `train` on 1, 2
+and 4 processes (compute, no_sync, DDP) and `allreduce` on 2 and 4 (25 MB and
+LeNet's 0.52 MB). Every time is the median of --repeats runs, the variants
+interleaved so that a busy moment hits them alike.
 
-MULTIGPU_DATA names the folder that holds FashionMNIST/raw/. On a machine without a
-GPU a device is one CPU core (the book's device model, dp.use_one_core): every device,
-process or thread computes with one intra-op thread, the 1-device baselines too. The
-script measures, in this process, with k = 2 devices and with the functions chapter 8
-measures with (dp.median_seconds times dp.one_pass, dp.passes and dp.loop):
-
-- the data pipeline: one epoch of iteration over dp.per_image_loader(256), the
-  article's pipeline (torchvision + a PIL-to-tensor conversion per image, 4 worker
-  processes), against dp.load_fashion_mnist(256) (the data set held in memory as two
-  tensors);
-- the training step: the article's loop (dp.train_batch) fed by the per-image loader
-  and by in-memory batches, and the improved loop (dp.train_batch_flat, flat buffers,
-  one thread per device) on 1 and 2 devices, against the bare forward/backward passes;
-
-and it launches these itself, with torchrun (gloo on the CPU, NCCL on GPUs), through
-data_parallel.launch.run:
-
-    torchrun --standalone --nproc-per-node=K -m data_parallel.jobs.perf_workers train \
-        --batch-size 256 --steps N --impls compute nosync ddp         (K = 1, 2 and 4)
-    torchrun --standalone --nproc-per-node=K -m data_parallel.jobs.perf_workers \
-        allreduce --mb MB                    (K = 2 and 4; 25 MB and LeNet's 0.52 MB)
-
-Each measurement prints one line as it finishes; the table of ratios and targets comes
-at the end, with the cost model of chapter 8 (the DDP step measured without its
-communication, under no_sync(), + the allreduce measured at LeNet's size) against the
-measured DDP step at k = 2 and 4.
-Every time is the median of --repeats runs, the variants interleaved so that a busy
-moment on a shared machine hits them alike. Nothing here is a test: the targets in the
-last column are printed next to the measurements, not asserted. Run it on a quiet
-machine (`uptime`: a 1-minute load well below the number of cores).
+A row with a check is a speed claim of chapters 6 to 8, held to the tolerance their
+hidden cells used to: threads and DDP on two one-core devices >= 1.4 x one (0.75 of
+the 1.8-2.0 cores' worth of a quiet 2-core machine; checked only where each device is
+a CPU core of its own), the article's loop < 1.3, the ring >= 0.25 x all_reduce (gloo),
+the cost model within 50 % of the DDP step. A target in parentheses is a goal the text
+does not claim: printed, never checked. The missed claims are named again last; with
+--check they make the exit status 1. Run it on a machine it has to itself (`uptime`):
+anything beside it slows one side of a ratio.
 """
 import argparse
 import os
@@ -47,6 +34,7 @@ import data_parallel as dp
 from data_parallel import launch
 from data_parallel.cli import at_least
 from data_parallel.jobs import perf_workers
+from tools.claims import print_table, verdict
 
 BATCH, LR, K = 256, 0.2, 2
 NUM_VALUES = sum(p.numel() for p in dp.init_lenet_params())
@@ -56,14 +44,25 @@ SERIAL, THREADS = ('passes only, one device after the other',
                    'passes only, one thread per device')
 ARTICLE_IMAGES, ARTICLE_MEMORY = ("article's loop, per-image loader",
                                   "article's loop, in-memory batches")
+ARTICLE_ONE, IMPROVED_ONE = "article's loop, k = 1", 'improved loop, k = 1'
+# Two devices of a core each against one: chapters 6 to 8 held the speed-up to 0.75 x
+# the cores' worth measured beside it, which is 1.8-2.0 for 2 threads on a quiet 2-core
+# machine; the article's loop runs its devices in turn, about 1 (chapter 6)
+SPEEDUP, LOOP_SPEEDUP = 1.4, 1.3
+# ring from scratch / all_reduce at 25 MB (chapter 8): gloo's are both bandwidth-bound
+# copies; NCCL's one kernel against 2(k - 1) launches from Python is launch-bound
+RING_FLOOR = {'gloo': 0.25, 'nccl': 0.05}
+MODEL_ERROR = 0.5  # chapter 8: the cost model within 50 % of the DDP step
 
 
 def parse_args(argv=None):
-    """--batches and --repeats; a bad value ends the program with one line (exit 2)."""
+    """--batches, --repeats, --check; a bad value ends with one line (exit 2)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--batches', type=at_least(1, int), default=40,
                         help='minibatches of 256 per timed training run (default 40)')
     parser.add_argument('--repeats', type=at_least(1, int), default=3)
+    parser.add_argument('--check', action='store_true',
+                        help='exit 1 when a claim of the text is missed (make speed)')
     return parser.parse_args(argv)
 
 
@@ -84,6 +83,11 @@ def flat_replicas(devices):
     return [dp.FlatParams(dp.init_lenet_params(), d) for d in devices]
 
 
+def article_replicas(devices):
+    """The article's replicas of LeNet's initial parameters, one per device."""
+    return [dp.get_params(dp.init_lenet_params(), d) for d in devices]
+
+
 def in_process_runs(devices, n, pool):
     """The functions to time, by name, every code path warmed up once."""
     our_train, _ = dp.load_fashion_mnist(BATCH)  # first: one clear error if no data
@@ -91,12 +95,14 @@ def in_process_runs(devices, n, pool):
     batches = split_batches(our_train, devices, n)  # pre-loaded, shuffled, split
     pass_replicas, flat, flat_one = (flat_replicas(devices), flat_replicas(devices),
                                      flat_replicas(devices[:1]))
-    article_params = [dp.get_params(dp.init_lenet_params(), d) for d in devices]
+    article_params = article_replicas(devices)
+    article_one = article_replicas(devices[:1])
     article = lambda X, y: dp.train_batch(X, y, article_params, devices, LR)
+    article_1 = lambda X, y: dp.train_batch(X, y, article_one, devices[:1], LR)
     improved = lambda X, y: dp.train_batch_flat(X, y, flat, devices, LR, pool)
     improved_1 = lambda X, y: dp.train_batch_flat(X, y, flat_one, devices[:1], LR)
     dp.passes(batches, pass_replicas, pool)  # warm up every code path once
-    for step in (article, improved, improved_1):
+    for step in (article, article_1, improved, improved_1):
         dp.loop(our_train, step, 3)
     return {'per-image loader, one epoch': lambda: dp.one_pass(image_train),
             'our loader, one epoch': lambda: dp.one_pass(our_train),
@@ -104,8 +110,9 @@ def in_process_runs(devices, n, pool):
             THREADS: lambda: dp.passes(batches, pass_replicas, pool),
             ARTICLE_IMAGES: lambda: dp.loop(image_train, article, n),
             ARTICLE_MEMORY: lambda: dp.loop(our_train, article, n),
+            ARTICLE_ONE: lambda: dp.loop(our_train, article_1, n),
             IMPROVED: lambda: dp.loop(our_train, improved, n),
-            'improved loop, k = 1': lambda: dp.loop(our_train, improved_1, n)}
+            IMPROVED_ONE: lambda: dp.loop(our_train, improved_1, n)}
 
 
 def median_times(runs, devices, repeats):
@@ -138,9 +145,26 @@ def allreduce_runs():
             for k in (2, 4) for mb in (25, LENET_MB)}
 
 
+def measure(args):
+    """Every measurement of the table: (times in this process, DDP runs, allreduces)."""
+    devices = dp.get_devices(K)  # on a CPU: one core per device
+    print(f'load average before: {os.getloadavg()[0]:.2f} (1 minute), '
+          f'{torch.get_num_threads()} intra-op thread(s)', flush=True)
+    with ThreadPoolExecutor(K) as pool:  # one thread per device
+        runs = in_process_runs(devices, args.batches, pool)
+        t = median_times(runs, devices, args.repeats)
+    ddp = ddp_runs(args.batches)  # each run prints one line per measurement
+    return t, ddp, allreduce_runs()
+
+
 def predicted_step(compute, k, allreduce):
     """Chapter 8's cost model, filled with the allreduce measured at LeNet's size."""
     return dp.step_seconds(compute, NUM_VALUES, k, allreduce['busbw']['torch'])
+
+
+def one_core_each():
+    """Whether each of the K devices is a CPU core of its own: the speed-ups' case."""
+    return not torch.cuda.is_available() and dp.cpu_cores() >= K
 
 
 def derived(t, ddp, rings, n):
@@ -149,61 +173,59 @@ def derived(t, ddp, rings, n):
             'improved_rate': n * BATCH / t[IMPROVED],
             'errors': {k: predicted_step(ddp[k]['nosync']['step_seconds'], k,
                                          rings[k, LENET_MB])
-                       / ddp[k]['ddp']['step_seconds'] - 1 for k in (2, 4)}}
+                       / ddp[k]['ddp']['step_seconds'] - 1 for k in (2, 4)},
+            'one_core_each': one_core_each()}
 
 
 # --- The report -----------------------------------------------------------------------
 
+def speedup_claim(target, check, claimed):
+    """(target, check) of a speed-up row: no check where its premise does not hold."""
+    return (target, check) if claimed else ('(CPU cores only)', None)
+
+
 def table_rows(t, ddp, rings, fig, n):
     """(measure, ratio, target, check) rows; a row without a ratio is a heading."""
-    rate, backend = fig['rate'], ddp[2]['backend']
+    rate, backend, claimed = fig['rate'], ddp[2]['backend'], fig['one_core_each']
     rows = [
         ('Data pipeline', None, None, None),
         ('our loader: epoch time of per-image / ours',
          t['per-image loader, one epoch'] / t['our loader, one epoch'],
-         '>= 10', lambda x: x >= 10),
+         '(goal >= 10)', None),
         (f'Scaling, one core per device, batch {BATCH} (throughput k = 2 / k = 1)',
          None, None, None),
-        (f'DDP ({backend}, processes)', rate[2] / rate[1], '>= 1.5',
-         lambda x: x >= 1.5),
-        ('improved from-scratch loop (threads)',
-         t['improved loop, k = 1'] / t[IMPROVED], '>= 1.5', lambda x: x >= 1.5),
+        (f'DDP ({backend}, processes)', rate[2] / rate[1],
+         *speedup_claim(f'>= {SPEEDUP}', lambda x: x >= SPEEDUP, claimed)),
+        ('improved from-scratch loop (threads)', t[IMPROVED_ONE] / t[IMPROVED],
+         *speedup_claim(f'>= {SPEEDUP}', lambda x: x >= SPEEDUP, claimed)),
+        ("article's loop (one device after the other)",
+         t[ARTICLE_ONE] / t[ARTICLE_MEMORY],
+         *speedup_claim(f'< {LOOP_SPEEDUP}', lambda x: x < LOOP_SPEEDUP, claimed)),
         (f'Training, k = {K}, batch {BATCH}, {n} batches (time / passes only)',
          None, None, None),
-        ("article's loop, per-image loader / passes (one after the other)",
+        ("article's loop, per-image loader / serial passes",
          t[ARTICLE_IMAGES] / t[SERIAL], '(1.26 before)', None),
-        ("article's loop, in-memory / passes (one after the other)",
+        ("article's loop, in-memory / serial passes",
          t[ARTICLE_MEMORY] / t[SERIAL], '(0.98 before)', None),
-        ('improved loop / passes (threads)', t[IMPROVED] / t[THREADS], '<= 1.05',
-         lambda x: x <= 1.05),
+        ('improved loop / threaded passes', t[IMPROVED] / t[THREADS],
+         '(goal <= 1.05)', None),
         ('passes: threads / one after the other', t[THREADS] / t[SERIAL], '', None),
         (f'improved loop: throughput / DDP ({backend}, 2 processes)',
-         fig['improved_rate'] / rate[2], '>= 0.90', lambda x: x >= 0.90),
-        ('improved loop: throughput / article loop (per-image loader)',
+         fig['improved_rate'] / rate[2], '(goal >= 0.90)', None),
+        ("improved loop: throughput / article's (per-image)",
          t[ARTICLE_IMAGES] / t[IMPROVED], '', None),
         ('Allreduce of 25 MB (bandwidth / torch.distributed.all_reduce)',
          None, None, None)]
     for k in (2, 4):
-        bw = rings[k, 25]['algbw']
-        rows += [(f'ring from scratch, k = {k}', bw['ring'] / bw['torch'], '>= 0.50',
-                  lambda x: x >= 0.5),
+        bw, floor = rings[k, 25]['algbw'], RING_FLOOR[rings[k, 25]['backend']]
+        rows += [(f'ring from scratch, k = {k}', bw['ring'] / bw['torch'],
+                  f'> {floor}', lambda x, floor=floor: x > floor),
                  (f"star (the article's pattern), k = {k}", bw['star'] / bw['torch'],
                   '', None)]
     rows += [('Cost model, DDP step (predicted / measured - 1)', None, None, None)]
-    return rows + [(f'error at k = {k}', error, 'within +-0.25',
-                    lambda x: abs(x) <= 0.25) for k, error in fig['errors'].items()]
-
-
-def print_table(rows):
-    """The table of ratios, each with its target and whether it was met."""
-    print()
-    print(f'{"measure":<66} {"ratio":>7}  {"target":<14} met')
-    for name, value, target, check in rows:
-        if value is None:
-            print(f'-- {name}')
-            continue
-        met = '' if check is None else ('yes' if check(value) else 'NO')
-        print(f'   {name:<63} {value:7.2f}  {target:<14} {met}')
+    return rows + [(f'error at k = {k}', error, f'within +-{MODEL_ERROR}',
+                    lambda x: abs(x) < MODEL_ERROR)
+                   for k, error in fig['errors'].items()]
 
 
 def print_absolute(t, ddp, rings, fig):
@@ -213,46 +235,40 @@ def print_absolute(t, ddp, rings, fig):
     for name, value in t.items():
         print(f'   {name:<52} {value:7.3f} s')
     for k, run in ddp.items():
-        print(f'   DDP, {k} process(es) x {BATCH // k}: compute only '
+        print(f'   DDP, {k} x {BATCH // k}: compute only '
               f'{run["compute"]["step_seconds"] * 1e3:.1f} ms, with DDP '
-              f'{run["ddp"]["step_seconds"] * 1e3:.1f} ms per step, '
+              f'{run["ddp"]["step_seconds"] * 1e3:.1f} ms a step, '
               f'{fig["rate"][k]:,.0f} examples/s')
     print(f'   improved loop {fig["improved_rate"]:,.0f} examples/s')
+    print('   allreduce, GB/s of data (star and ring checked equal to all_reduce):')
     for (k, mb), ring in rings.items():
         gbs = ', '.join(f'{name} {v / 1e9:.2f}' for name, v in ring['algbw'].items())
-        print(f'   allreduce {mb:.2f} MB, k = {k}: GB/s of data: {gbs} (star and ring '
-              'checked equal to all_reduce)')
+        print(f'   {mb:5.2f} MB, k = {k}: {gbs}')
     for k, error in fig['errors'].items():
         compute = ddp[k]['nosync']['step_seconds']
         allreduce = rings[k, LENET_MB]['seconds']['torch']
-        print(f'   cost model, k = {k}: DDP without sync {compute * 1e3:.1f} ms '
-              f'+ allreduce {allreduce * 1e3:.2f} ms '
-              f'= {(compute + allreduce) * 1e3:.1f} ms; '
-              f'measured {ddp[k]["ddp"]["step_seconds"] * 1e3:.1f} ms; '
-              f'error {100 * error:+.0f} %')
+        print(f'   cost model, k = {k}: no_sync {compute * 1e3:.1f} ms + allreduce '
+              f'{allreduce * 1e3:.2f} ms, measured '
+              f'{ddp[k]["ddp"]["step_seconds"] * 1e3:.1f} ms: {100 * error:+.0f} %')
 
 
 def main(argv=None):
+    """Measure, print the table; 1 with --check when a claim is missed, else 0."""
     args = parse_args(argv)
     torch.manual_seed(0)
     dp.describe_environment()
-    devices = dp.get_devices(K)  # on a CPU: one core per device
-    print(f'load average before: {os.getloadavg()[0]:.2f} (1 minute), '
-          f'{torch.get_num_threads()} intra-op thread(s)', flush=True)
-    with ThreadPoolExecutor(K) as pool:  # one thread per device
-        runs = in_process_runs(devices, args.batches, pool)
-        t = median_times(runs, devices, args.repeats)
-    ddp = ddp_runs(args.batches)  # each run prints one line per measurement
-    rings = allreduce_runs()
+    t, ddp, rings = measure(args)
     load_after = os.getloadavg()[0]
     fig = derived(t, ddp, rings, args.batches)
-    print_table(table_rows(t, ddp, rings, fig, args.batches))
+    rows = table_rows(t, ddp, rings, fig, args.batches)
+    print_table(rows)
     print_absolute(t, ddp, rings, fig)
     print(f'load average after: {load_after:.2f} (1 minute), {dp.cpu_cores()} cores')
+    return verdict(rows, args.check)
 
 
 if __name__ == '__main__':
     try:
-        main()
+        sys.exit(main())
     except dp.DataUnavailableError as error:
         sys.exit(f'benchmark: {error}')  # one line that says what to do, no traceback

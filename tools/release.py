@@ -1,21 +1,18 @@
 """Tag a release of the helper package: the version in pyproject.toml is the release.
 
 A chapter opened on its own (Colab, a download) installs the package from the tag
-v<version> (its first cell pins VERSION, the version in pyproject.toml), and the Colab
-button opens the reader copy at that tag. So every version on main needs its tag, and a
-tag must keep meaning one package. Run at the repository's root, tags fetched:
+v<version> (its first cell pins the version), and the Colab button opens the reader copy
+at that tag. So every version on main needs its tag, and a tag must keep meaning one
+package. Run at the repository's root, tags fetched:
 
     python tools/release.py                tag v<version> at HEAD, here only
     python tools/release.py --push origin  ... and push the tag (release.yml, on main)
 
-- no tag v<version> yet: create it (annotated) at HEAD; fails when the version is not
-  newer than the newest v* tag;
-- tag v<version> exists: fails when the package (book/data_parallel/, or what
-  pyproject.toml says pip installs) differs between the tag and HEAD, because a reader
-  of the tag and a reader of HEAD would get different code under one version; else
-  there is nothing to release.
-
-One line per outcome; exit status 0 (tagged, nothing to do) or 1 (it says why).
+No tag v<version> yet: tag HEAD (annotated), unless the version is not newer than the
+newest v* tag. The tag exists: fail if the package (book/data_parallel/, or what
+pyproject.toml says pip installs) changed since, as one version would then name two
+packages; else there is nothing to release. One line per outcome: exit status 0
+(tagged, or nothing to do) or 1 (it says why).
 """
 import re
 import subprocess
@@ -63,19 +60,17 @@ def parse(version):
     return tuple(map(int, match.groups())) if match else None
 
 
-def what_pip_installs(project, tool):
-    """The parts of pyproject.toml that change what `pip install` of a commit gives."""
-    return ({key: project.get(key) for key in PROJECT_KEYS},
-            tool.get('setuptools'))
+def what_pip_installs(rev):
+    """The parts of pyproject.toml of rev that change what `pip install` of it gives."""
+    toml = pyproject(rev)
+    project, tool = toml.get('project', {}), toml.get('tool', {})
+    return [project.get(key) for key in PROJECT_KEYS], tool.get('setuptools')
 
 
 def package_changed(tag):
     """Does the package at HEAD differ from the package at tag?"""
-    if git('diff', '--name-only', tag, 'HEAD', '--', PACKAGE):
-        return True
-    then, now = pyproject(tag), pyproject('HEAD')
-    return (what_pip_installs(then.get('project', {}), then.get('tool', {}))
-            != what_pip_installs(now.get('project', {}), now.get('tool', {})))
+    return bool(git('diff', '--name-only', tag, 'HEAD', '--', PACKAGE)
+                or what_pip_installs(tag) != what_pip_installs('HEAD'))
 
 
 def release(remote=None):
@@ -96,9 +91,9 @@ def release(remote=None):
             raise Failed(f'the package changed since {tag} without a new version: '
                          'bump version in pyproject.toml')
         return f'{tag} is tagged and the package is unchanged: nothing to release'
-    older = sorted((parse(t[1:]), t) for t in tags if parse(t[1:]))
-    if older and older[-1][0] >= parse(version):
-        raise Failed(f'version {version} is not newer than the tag {older[-1][1]}: '
+    newest = max(((parse(t[1:]), t) for t in tags if parse(t[1:])), default=None)
+    if newest and newest[0] >= parse(version):
+        raise Failed(f'version {version} is not newer than the tag {newest[1]}: '
                      'bump version in pyproject.toml')
     git('tag', '-a', tag, '-m', f'multigpu-book {version}', 'HEAD')
     if remote is None:

@@ -33,10 +33,9 @@ from .collectives import (exchange, own_shard, ring_all_gather, ring_allreduce,
                           ring_reduce_scatter, star_allreduce)
 from .data import (DataUnavailableError, TensorBatches, load_fashion_mnist,
                    per_image_loader, read_fashion_mnist)
-from .devices import (CPU_ONLY, Timer, check_speedup, cpu_cores, describe_devices,
-                      describe_environment, get_devices, parallel_capacity,
-                      process_device, sweep_backend, sweep_environment, synchronize,
-                      use_one_core)
+from .devices import (CPU_ONLY, Timer, cpu_cores, describe_devices,
+                      describe_environment, get_devices, process_device, sweep_backend,
+                      sweep_environment, synchronize, use_one_core)
 from .figures import (plot_accuracy, plot_allreduce, plot_bandwidth,
                       plot_data_parallel_steps, plot_lenet_shapes, plot_ring_allreduce,
                       plot_scaling, plot_scatter, plot_sharded_memory,

@@ -24,11 +24,8 @@ baseline) computes with one intra-op thread (``use_one_core``). Up to as many de
 there are cores then run in parallel, as GPUs would; more devices than cores are
 oversubscribed (they share cores), and the device line says so.
 """
-import contextlib
 import os
-import statistics
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 import torch.distributed as dist
@@ -136,95 +133,6 @@ def synchronize(devices):
     for device in set(devices):
         if device.type == 'cuda':
             torch.cuda.synchronize(device)
-
-
-@contextlib.contextmanager
-def one_thread():
-    """PyTorch on one intra-op thread inside, on as many as before after."""
-    # for the speed-up yardsticks: set here and not by use_one_core, so that a mutation
-    # of that function changes what a job computes with, not the yardstick
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
-def parallel_seconds(workers=2, repeats=5, steps=20, size=512):
-    """(one thread alone, `workers` threads at once): median seconds of repeats."""
-    # Each thread multiplies matrices with one intra-op thread; a round of them ends
-    # when the last one is done, as a data-parallel step waits for its slowest device.
-    # The sides take turns. Medians, as the speed-ups held to this are medians of
-    # steps: with the best of each, one lucky round beside other work made the capacity
-    # 2.00 while the threads' speed-up measured 1.36, a false alarm (make mutations'
-    # control, chapter 6, beside a CPU hog). No barrier after every product: each
-    # cost about 0.8 ms here (capacity 1.27-1.75 on a quiet machine, 1.77-1.94
-    # without). Still fooled beside two busy processes (1.75-2.00 while the threads'
-    # trainer measured 0.85-1.27), so the chapters' checks run with the machine alone.
-    for value, name in ((workers, 'workers'), (repeats, 'repeats'), (steps, 'steps'),
-                        (size, 'size')):
-        _check_whole(value, name)
-    a = torch.rand(size, size)
-
-    def work(_=None):
-        for _ in range(steps):
-            torch.mm(a, a)  # releases Python's lock: the threads compute at once
-
-    alone, together = [], []
-    with one_thread(), ThreadPoolExecutor(workers) as pool:  # one thread per worker
-        for _ in range(repeats + 1):  # the first round warms up and is dropped
-            start = time.perf_counter()
-            work()
-            alone.append(time.perf_counter() - start)
-            start = time.perf_counter()
-            list(pool.map(work, range(workers)))  # returns when all are done
-            together.append(time.perf_counter() - start)
-    return statistics.median(alone[1:]), statistics.median(together[1:])
-
-
-def capacity(alone, together, workers=2):
-    """Cores' worth that `workers` threads got at once: workers x alone / together."""
-    # about `workers` on a quiet machine, less when another program takes cores or the
-    # scheduler keeps a thread waiting; more is noise (a slowed alone run), so capped
-    return min(workers, workers * alone / together)
-
-
-def parallel_capacity(workers=2, repeats=5, steps=20, size=512):
-    """Cores' worth of work `workers` threads get at once now, median of repeats."""
-    return capacity(*parallel_seconds(workers, repeats, steps, size), workers)
-
-
-def check_speedup(turns, workers=2, fraction=0.75, least=0.75):
-    """Assert (speed-up, capacity) turns reach fraction x capacity, or say why not."""
-    # Each capacity (parallel_capacity) is measured in the same turn as its speed-up.
-    # When the turns' median capacity is below least x workers cores' worth, the
-    # machine was too busy to tell a slow machine from a broken program (one lucky
-    # probe under load proves nothing, measured): one line says so, nothing is
-    # asserted and this returns False. Else it asserts and returns True.
-    _check_whole(workers, 'workers', least=2)
-    for value, name in ((fraction, 'fraction'), (least, 'least')):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                0 < value <= 1):
-            raise ValueError(f'{name}={value!r}: give a number above 0, at most 1.')
-    turns = list(turns)
-    if not turns or any(len(turn) != 2 or not all(
-            isinstance(x, (int, float)) and x > 0 for x in turn) for turn in turns):
-        raise ValueError(f'turns={turns!r}: give (speed-up, capacity) pairs of '
-                         'positive numbers, at least one.')
-    typical = statistics.median(c for _, c in turns)
-    if typical < least * workers:
-        # one line within the book's 88 columns
-        print(f'Speed-up not checked: the machine gave {typical:.2f} of '
-              f'{least * workers:.2f} cores needed (busy or small).')
-        return False
-    usable = [(s, c) for s, c in turns if c >= least * workers]
-    # the turn closest to its capacity: a busy moment only lowers a speed-up
-    speedup, cores = max(usable, key=lambda turn: turn[0] / turn[1])
-    assert speedup >= fraction * cores, (
-        f'speed-up {speedup:.2f} < {fraction} x {cores:.2f}, the parallel capacity '
-        f'measured with it: the {workers} devices did not compute at the same time')
-    return True
 
 
 class Timer:

@@ -1,17 +1,12 @@
 """make execute stores each cell as it looked when done: lines printed one by one while
 it ran are one block of output, not one per flush."""
-import importlib.util
 
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from data_parallel import paths
 
-spec = importlib.util.spec_from_file_location(
-    'execute_notebooks', paths.repo_root() / 'tools' / 'execute_notebooks.py')
-execute_notebooks = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(execute_notebooks)
+from tools import execute_notebooks
 
 LIVE = '''import sys, time
 for epoch in range(3):

@@ -234,6 +234,24 @@ def test_chapter_runs_alone_in_an_empty_folder(tmp_path, site, fashion_root, cha
 
 
 @pytest.mark.slow
+def test_nbval_runs_in_a_checkout_whose_package_is_installed_plainly(tmp_path, site):
+    """`pip install .`, not editable: dp.repo_root() is None, the checks still run."""
+    checkout = tmp_path / 'checkout'
+    shutil.copytree(ROOT / 'tests', checkout / 'tests',
+                    ignore=shutil.ignore_patterns('__pycache__'))
+    for name in ('pytest.ini', 'conftest.py', 'book/01_splitting_the_problem.ipynb'):
+        if (ROOT / name).exists():  # (a conftest.py at the top would be loaded too)
+            (checkout / name).parent.mkdir(exist_ok=True)
+            shutil.copy(ROOT / name, checkout / name)
+    result = subprocess.run(
+        [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '--nbval',
+         '--nbval-current-env', '--nbval-sanitize-with', 'tests/nbval_sanitize.cfg',
+         'book/01_splitting_the_problem.ipynb'], cwd=checkout, capture_output=True,
+        text=True, timeout=600, env={**os.environ, 'PYTHONPATH': str(site)})
+    assert result.returncode == 0 and ' passed' in result.stdout, result.stdout[-2000:]
+
+
+@pytest.mark.slow
 def test_make_lab_starts_jupyterlab_on_the_book(tmp_path):
     port, token = free_port(), 'test-token-123'
     env = {**os.environ, 'JUPYTER_TOKEN': token, 'JUPYTER_RUNTIME_DIR': str(tmp_path)}

@@ -9,7 +9,6 @@ solutions marked and collapsed. The copies must be what tools/reader_copies.py m
 of the chapters now (`make reader-copies`).
 """
 import ast
-import importlib.util
 import json
 import os
 import re
@@ -23,6 +22,7 @@ import pytest
 import yaml
 
 import data_parallel as dp
+from tools import reader_copies
 
 ROOT = dp.repo_root()
 CHAPTERS = sorted((ROOT / 'book').glob('[0-9][0-9]_*.ipynb'))
@@ -41,11 +41,7 @@ FENCE = re.compile(r'^```python\n# (data_parallel/[\w/]+\.py)\n(.*?)^```$',
 
 
 def tool():
-    spec = importlib.util.spec_from_file_location('reader_copies',
-                                                  ROOT / 'tools' / 'reader_copies.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return reader_copies
 
 
 def load(path):
@@ -202,10 +198,7 @@ def test_colab_and_download_buttons_point_to_the_reader_copies():
     config = yaml.safe_load((ROOT / '_config.yml').read_text(encoding='utf-8'))
     assert config['sphinx']['config']['reader_copies'] == READER.name == tool().OUT
     assert READER.name in config['exclude_patterns']  # not a page of the book
-    spec = importlib.util.spec_from_file_location(
-        'book_html_fixes', ROOT / 'book' / '_ext' / 'book_html_fixes.py')
-    fixes = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fixes)
+    from book._ext import book_html_fixes as fixes
     colab = 'https://colab.research.google.com/github/o/r'
     context = {'header_buttons': [{'buttons': [
         {'text': 'Colab', 'url': f'{colab}/blob/main/book/06_training.ipynb'},

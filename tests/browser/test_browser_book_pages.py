@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-import pagecheck
+from tests.browser import pagecheck
 
 ROOT = Path(os.environ.get('BOOK_ROOT', Path(__file__).resolve().parents[2])).resolve()
 BUILD = Path(os.environ.get('BOOK_BUILD_DIR', ROOT / '_build')).resolve()

@@ -2,23 +2,22 @@
 
 A mutation is one textual replacement in a function of the helper package. The function
 lives twice: in its module under book/data_parallel/ and in a chapter's `#@save` cell,
-which tests/book/test_sync.py keeps identical, so the same replacement fits both; it must
-match exactly once in each, or the mutation has rotted and says so. It is applied to a
-copy of book/ (package and chapters) and tests/ in a temporary folder, whose package
-goes first on PYTHONPATH: the unit tests, the notebook kernels and the torchrun workers
-they start all import the copy, not the editable install (pytest and the kernels
+which tests/book/test_sync.py keeps identical, so the same replacement fits both; it
+must match exactly once in each, or the mutation has rotted and says so. It is applied
+to a copy of book/ (package and chapters) and tests/ in a temporary folder, whose
+package goes first on PYTHONPATH: the unit tests, the notebook kernels and the torchrun
+workers they start all import the copy, not the editable install (pytest and the kernels
 check that).
 
 Two kinds of check run on the mutated copy:
 - the unit tests of the mutated module (pytest);
-- the chapters' own checks, with nbval as `make nbval` runs it, on a selection of code
-  cells (`select_cells`): whole chapters would take many minutes each.
-`tasks` of the unmutated copy are the control: they must pass, or a
-failure under a mutation proves nothing.
+- the chapters' own checks, with nbval as `make test` runs it, on the code cells tagged
+  `checks` (with the chapter's setup and #@save cells; a chapter with no such cell runs
+  whole), or on a narrower group a mutation names, tagged `checks-<group>`.
+The unmutated copy's runs are the control: they must pass, or a failure under a
+mutation proves nothing.
 """
-import fnmatch
 import functools
-import hashlib
 import json
 import os
 import re
@@ -32,35 +31,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import data_parallel as dp
-
-ROOT = dp.repo_root()
-# repo_root() needs _toc.yml, so that jobs in the copy run and write in the copy; the
-# root conftest.py gives the copies' cells that measure time the machine alone (LOCK)
-COPIED = ['book', 'tests', '_toc.yml', '_config.yml', 'pytest.ini', 'conftest.py']
+# the checkout this file lies in (tests/mutations/): what the copies are made of
+ROOT = Path(__file__).resolve().parents[2]
+# _toc.yml: repo_root() needs it, so that jobs in the copy run and write in the copy
+COPIED = ['book', 'tests', '_toc.yml', '_config.yml', 'pytest.ini']
 # (*.egg-info: pip's build metadata, rewritten when a test builds the package)
-SKIPPED_NAMES = ('__pycache__', '.ipynb_checkpoints', '_build', 'browser', '*.egg-info')
-SKIPPED = shutil.ignore_patterns(*SKIPPED_NAMES)
-# `pytest tests` (make test) records what passed on which files (tests/conftest.py): the
-# control then takes its unit tests' outcome from there instead of running them again
-RECORD = ROOT / '_build' / 'passed-tests.json'
-# and nbval (the root conftest.py) which whole chapters passed on which files: the
-# control takes a whole chapter's outcome from there
-NOTEBOOK_RECORDS = ROOT / '_build' / 'passed-notebooks'
+SKIPPED = shutil.ignore_patterns('__pycache__', '.ipynb_checkpoints', '_build',
+                                 'browser', '*.egg-info')
 SANITIZE = 'tests/nbval_sanitize.cfg'
 NBVAL = ['--nbval', '--nbval-current-env', '--nbval-sanitize-with', SANITIZE,
          '--nbval-cell-timeout=600']
 PROBE_FAILED = 97  # exit code of a run that imported the wrong data_parallel
-# The copies' checks run side by side, JOBS at a time, and share this lock as make
-# test's lanes share theirs (the root conftest.py, copied): each test and cell holds it
-# shared, a cell that measures time (TIMED) holds it alone, so it waits for the items
-# running in the other copies and keeps new ones out meanwhile. Per item, not per
-# copy: a whole selection run alone left the other worker idle for about 118 s of
-# the matrix's 522 s (CI, measured). Inside make test's lanes (CI: make test
-# ALSO=mutations) the copies share the lanes' lock instead, so that their timed cells
-# and chapter 6's wait for each other.
-LOCK_ENV = 'MULTIGPU_QUIET_LOCK'
-LOCK = ROOT / '_build' / 'mutations.lock'
 # JUnit XML writes the escape character of terminal colours as the text '#x1B'
 ANSI = re.compile(r'(\x1b|#x1B)\[[0-9;]*m')
 EXCEPTION = re.compile(r'^[A-Za-z_][\w.]*(Error|Exception|Exit)\b')
@@ -81,8 +62,8 @@ class Mutation:
     unit: tuple
     chapters: tuple
     saved: bool = True  # False: a job's code, in no #@save cell (its listing is prose)
-    # {chapter: needles} for a mutation that one part of a chapter's selection catches:
-    # the mutated copy runs only that part (the control still runs the whole selection)
+    # ((chapter, tag), ...): in that chapter the mutated copy runs only the cells
+    # tagged so (a `checks-<group>` tag), not the chapter's `checks` cells
     checks: tuple = ()
 
 
@@ -97,11 +78,8 @@ CH10 = '10_when_the_network_is_the_bottleneck.ipynb'
 WIRE_JOBS = 'tests/jobs/test_wire_workers.py::'
 SHARD_JOBS = 'tests/jobs/test_shard_workers.py::'
 ZERO1_TEST = SHARD_JOBS + 'test_zero1_from_scratch_equals_ddp[2]'
-# chapter 8's cost model and its hidden asserts: arithmetic, no job and no timing
-COST_MODEL = ['def step_seconds(']
-# chapter 6's k devices against 1 after one step (cells 9-10): the bugs of the from-scratch
-# code are caught there, before the timed cells (which wait for the machine alone)
-ONE_STEP = ((CH6, ['def one_step(']),)
+# chapter 6's k devices against 1 after one step: the from-scratch bugs show there
+ONE_STEP = ((CH6, 'checks-one-step'),)
 
 MUTATIONS = [
     Mutation('a-get_params-no-copy',
@@ -144,20 +122,31 @@ MUTATIONS = [
              '            forward_backward(X_shard, y_shard, replica)\n'
              '    else:  # one thread per device: the devices work at the same time',
              (PERF_TESTS + 'test_flat_trainer_matches_train_batch',), (CH8,),
-             checks=((CH8, ['three_batches = []']),)),
+             checks=((CH8, 'checks-flat'),)),
+    Mutation('r-threads-take-turns',
+             'train_batch_flat with a pool: each device waits for the one before it',
+             'performance.py',
+             '    else:  # one thread per device: the devices work at the same time\n'
+             '        list(pool.map(forward_backward, X_shards, y_shards, replicas))',
+             '    else:  # one thread per device: the devices work at the same time\n'
+             '        for shard in zip(X_shards, y_shards, replicas):\n'
+             '            pool.submit(forward_backward, *shard).result()',
+             (PERF_TESTS + 'test_with_a_pool_the_devices_passes_run_at_the_same_time',),
+             (CH6,)),
     Mutation('g-cost-model-without-communication',
              'step_seconds drops the allreduce term: compute alone',
              'performance.py',
              'return compute_seconds + '
              'allreduce_seconds(num_values, k, bytes_per_second)',
              'return compute_seconds', (PERF_TESTS + 'test_cost_model',), (CH8,),
-             checks=((CH8, COST_MODEL),)),
+             checks=((CH8, 'checks-cost-model'),)),
     Mutation('h-cost-model-star-traffic',
              "allreduce_seconds: the star's 2(k - 1)N, not the ring's 2(k - 1)/k N",
              'performance.py',
              'return 2 * (k - 1) / k * num_values * bytes_per_value / bytes_per_second',
              'return 2 * (k - 1) * num_values * bytes_per_value / bytes_per_second',
-             (PERF_TESTS + 'test_cost_model',), (CH8,), checks=((CH8, COST_MODEL),)),
+             (PERF_TESTS + 'test_cost_model',), (CH8,),
+             checks=((CH8, 'checks-cost-model'),)),
     Mutation('i-zero1-skips-all-gather',
              'zero1_step updates its own shard and never all-gathers the parameters',
              'sharding.py',
@@ -178,7 +167,7 @@ MUTATIONS = [
              "    if impl == 'fully sharded':\n",
              (SHARD_JOBS + 'test_fsdp2_memory_per_rank_falls_as_one_over_k[2]',),
              (CH9,), saved=False,
-             checks=((CH9, ['jobs_env = ', 'train_runs = {k: launch.run(']),)),
+             checks=((CH9, 'checks-fsdp'),)),
     Mutation('l-resume-loads-nothing',
              'load_snapshot finds the snapshot and reads nothing from it',
              'jobs/shard_workers.py',
@@ -187,7 +176,7 @@ MUTATIONS = [
              'pass  # the snapshot is never read',
              (SHARD_JOBS + 'test_killed_fsdp2_job_resumes_from_dcp_and_equals_an_'
               'uninterrupted_run',), (CH9,), saved=False,
-             checks=((CH9, ['jobs_env = ', "'--fail-at-step'"]),)),
+             checks=((CH9, 'checks-resume'),)),
     Mutation('m-all-gather-as-allreduce',
              'ring_all_gather zeroes the other shards and allreduces the whole tensor: '
              'right values, twice the bytes',
@@ -222,65 +211,20 @@ MUTATIONS = [
              (WIRE_JOBS + 'test_accumulation_sends_once_per_n_micro_batches',), (CH10,),
              saved=False),
     Mutation('q-use_one_core-does-nothing',
-             'use_one_core leaves PyTorch its intra-op threads: CPU processes that should '
-             'be one core each fight over the cores',
-             'devices.py', "    if device.type == 'cpu':\n        torch.set_num_threads(1)\n",
+             'use_one_core leaves PyTorch its intra-op threads: CPU processes that '
+             'should be one core each fight over the cores',
+             'devices.py',
+             "    if device.type == 'cpu':\n        torch.set_num_threads(1)\n",
              '    pass  # the device model forgotten\n',
-             ('tests/jobs/test_perf_workers.py::test_under_a_cpu_hog_the_speedup_check_'
-              'skips_with_one_line',), (CH6, CH8), saved=False,
-             checks=((CH8, ['dp.check_speedup(']),)),
+             ('tests/unit/test_devices.py::test_cpu_devices_are_one_core_each',),
+             (CH6, CH8), saved=False,
+             checks=((CH8, 'checks-one-core'),)),
 ]
 
-# The cells that measure time (chapter 6's speed-up table and check, chapter 8's
-# allreduce bandwidths and its speed-up): each holds the lock alone (conftest.py), in
-# make test (chapter 6's, while the other lane waits) and in the copies here (LOCK),
-# while the other copies' items wait. Chapter 6's check is busy-aware, but its
-# yardstick was fooled beside other work (capacity 1.75-2.00 beside two busy processes,
-# the threads' speed-up 0.85-1.27, measured), so it does not share the machine either.
-TIMED = {CH6: ('def time_steps(', 'dp.check_speedup('),
-         CH8: ("launch.run(perf_workers, k, 'allreduce', '--mb', 25",
-               'dp.check_speedup(')}
 
-# Which code cells of a chapter hold its checks. None: the whole chapter (it is quick).
-# A list of needles: the chapter's setup, its #@save cells and, for each needle, the
-# code cells that contain it, each with the hidden checks after it (see select_cells).
-CHAPTER_CHECKS = {
-    CH4: None,
-    CH5: None,
-    # k devices against 1 device after one step; the threads' speed-up check (busy-aware,
-    # and run alone: see TIMED); the ten-epoch runs are skipped
-    CH6: ['def one_step(', 'batches = [batch for batch'],
-    # star and ring against torch.distributed.all_reduce, checked by perf_workers; the
-    # flat trainer with and without threads; the cost model's formula
-    CH8: ["launch.run(perf_workers, k, 'allreduce', '--mb', 25", 'three_batches = []',
-          'def step_seconds(', 'dp.check_speedup('],
-    # the bytes of accumulation and of the compressing hooks at 200 Mbit/s; the wall,
-    # the overlap and accuracy runs, the figures and the solutions are skipped
-    CH10: ['ways[200e6] = launch.run(', 'base = result(ways, '],
-    # ZeRO-1 against DDP, the library variants' bytes held and sent, the DCP resume:
-    # the whole chapter (it times nothing), so that make test's nbval of it is the
-    # control (recorded_chapter); a mutated copy stops at its first failure, before
-    # the solutions
-    CH9: None,
-}
-
-
-def needles_of(chapter, mutation=None):
-    """The needles of the chapter's selection: the mutation's own, or CHAPTER_CHECKS."""
-    return dict(mutation.checks if mutation else ()).get(chapter,
-                                                         CHAPTER_CHECKS[chapter])
-
-
-def measures_time(cells, chapter, needles):
-    """Whether the selection (select_cells) holds a cell that a TIMED needle finds."""
-    timed = {i for i, cell in enumerate(cells) if cell['cell_type'] == 'code'
-             and any(needle in source(cell) for needle in TIMED.get(chapter, ()))}
-    return bool(timed & set(select_cells(cells, needles)))
-
-
-def cells_of(chapter):
-    """The cells of a chapter of the checkout."""
-    return json.loads((ROOT / 'book' / chapter).read_text())['cells']
+def group_of(chapter, mutation=None):
+    """The tag of the chapter's cells a copy runs: the mutation's own, or checks."""
+    return dict(mutation.checks if mutation else ()).get(chapter, 'checks')
 
 
 def is_saved(cell):
@@ -293,42 +237,29 @@ def source(cell):
     return ''.join(cell['source'])
 
 
-def is_hidden_check(cell):
-    """A code cell hidden from readers (tag remove-cell): the chapters' asserts."""
-    tags = cell['metadata'].get('tags', [])
-    return cell['cell_type'] == 'code' and 'remove-cell' in tags
+def select_cells(cells, group='checks'):
+    """Indices of the code cells nbval runs: the group's, or all when none is tagged.
 
-
-def select_cells(cells, needles):
-    """Indices of the cells whose code nbval runs: all code cells, or a selection.
-
-    The selection keeps, in the chapter's order: the setup (code cells before the first
-    `## ` heading), every #@save cell (definitions, quick to run) and, for each needle,
-    every code cell whose source contains it together with the hidden-check cells
-    (tag remove-cell) that follow it. A needle that matches nothing, or a selection
-    without an assert, raises HarnessError: the chapter changed, update CHAPTER_CHECKS.
+    A selection keeps, in the chapter's order, the setup (code cells before the first
+    `## ` heading), every #@save cell (definitions, quick to run) and the code cells
+    whose metadata tags hold `group`. A chapter without a `checks` cell runs whole; a
+    narrower group that tags nothing, or a selection without an assert, raises
+    HarnessError: the chapter changed, so its tags must.
     """
     code = [i for i, c in enumerate(cells) if c['cell_type'] == 'code']
-    if needles is None:
+    tagged = [i for i in code if group in cells[i]['metadata'].get('tags', [])]
+    if not tagged and group == 'checks':
         return code
+    if not tagged:
+        raise HarnessError(f'no code cell is tagged {group!r}: tag the cells that '
+                           'catch the mutation (tests/mutations/mutations.py)')
+    if not any('assert' in source(cells[i]) for i in tagged):
+        raise HarnessError(f'the cells tagged {group!r} hold no assert, so none can '
+                           'fail: tag the hidden checks after them too')
     heading = next((i for i, c in enumerate(cells) if c['cell_type'] == 'markdown'
                     and source(c).startswith('## ')), len(cells))
     keep = {i for i in code if i < heading or is_saved(cells[i])}
-    checks = set()
-    for needle in needles:
-        found = [i for i in code if needle in source(cells[i])]
-        if not found:
-            raise HarnessError(f'no code cell contains {needle!r}: the chapter '
-                               'changed, update CHAPTER_CHECKS in tests/mutations/mutations.py')
-        for i in found:
-            checks.add(i)
-            while i + 1 < len(cells) and is_hidden_check(cells[i + 1]):
-                i += 1
-                checks.add(i)
-    if not any('assert' in source(cells[i]) for i in checks):
-        raise HarnessError(f'the cells selected by {needles} hold no assert, so none '
-                           'can fail: update CHAPTER_CHECKS in tests/mutations/mutations.py')
-    return sorted(keep | checks)
+    return sorted(keep | set(tagged))
 
 
 def mutate_text(text, mutation, where):
@@ -336,7 +267,7 @@ def mutate_text(text, mutation, where):
     count = text.count(mutation.old)
     if count != 1:
         raise HarnessError(f'{mutation.name}: {mutation.old!r} occurs {count} times in '
-                           f'{where}, not once: update MUTATIONS in tests/mutations/mutations.py')
+                           f'{where}, not once: update tests/mutations/mutations.py')
     return text.replace(mutation.old, mutation.new)
 
 
@@ -351,7 +282,7 @@ def mutate_chapters(notebooks, mutation):
         return None
     if len(holders) != 1 or not mutation.saved:
         raise HarnessError(f'{mutation.name}: {len(holders)} #@save cells hold '
-                           f'{mutation.old!r}, not one: update tests/mutations/mutations.py')
+                           f'{mutation.old!r}, not one: update the mutation')
     name, cell = holders[0]
     cell['source'] = mutate_text(source(cell), mutation, name).splitlines(keepends=True)
     return name
@@ -366,68 +297,11 @@ def probe_cell(book):
             'source': code.splitlines(keepends=True)}
 
 
-def trimmed(notebook, needles, book):
+def trimmed(notebook, group, book):
     """(a notebook of the probe and the selected code cells, their original indices)."""
-    indices = select_cells(notebook['cells'], needles)
+    indices = select_cells(notebook['cells'], group)
     cells = [probe_cell(book)] + [notebook['cells'][i] for i in indices]
     return {**notebook, 'cells': cells}, [None] + indices
-
-
-def fingerprint(root=ROOT):
-    """SHA-256 of the files a copy holds (COPIED less SKIPPED) and of what runs them."""
-    import torch
-    digest = hashlib.sha256(f'{sys.version}|{torch.__version__}|'
-                            f'{torch.cuda.is_available()}'.encode())
-    for name in COPIED:
-        base = Path(root) / name
-        for path in sorted([base, *base.rglob('*')] if base.is_dir() else [base]):
-            parts = path.relative_to(root).parts
-            skip = any(fnmatch.fnmatch(part, pattern)
-                       for part in parts for pattern in SKIPPED_NAMES)
-            if path.is_file() and not skip:
-                digest.update('/'.join(parts).encode() + b'\0' + path.read_bytes())
-    return digest.hexdigest()
-
-
-def recorded_outcome(unit, record_path=None):
-    """The unit tests' Outcome from make test's record, or None when it does not show
-    every one of them passed (or skipped) in one complete run on these very files."""
-    import torch
-    if torch.cuda.is_available():  # make test ran with GPUs, the copies run without
-        return None
-    try:
-        record = json.loads(Path(record_path or RECORD).read_text())
-        if not record['complete'] or record['fingerprint'] != fingerprint():
-            return None
-        outcomes, args = record['outcomes'], record['args']
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    for test in unit:
-        if not any(test == arg or test.startswith((f'{arg}/', f'{arg}::'))
-                   for arg in args):
-            return None  # that run was not asked for this test
-        found = [v for k, v in outcomes.items() if k == test
-                 or k.startswith((f'{test}::', f'{test}['))]
-        if not found or any(v not in ('passed', 'skipped') for v in found):
-            return None
-    return Outcome('unit tests', False, [], 0.0,
-                   note='(make test passed them on these very files)')
-
-
-def recorded_chapter(chapter, records=None):
-    """The Outcome of a whole chapter's checks from make test's nbval record, or None
-    when it does not show nbval passed the chapter on these very files."""
-    import torch
-    if torch.cuda.is_available() or CHAPTER_CHECKS[chapter] is not None:
-        return None  # the copies run on the CPU; a selection is not what nbval ran
-    try:
-        path = Path(records or NOTEBOOK_RECORDS) / f'{chapter}.json'
-        if json.loads(path.read_text())['fingerprint'] != fingerprint():
-            return None
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return Outcome(f'checks of {chapter[:-6]}', False, [], 0.0,
-                   note='(make test passed the whole chapter on these very files)')
 
 
 def make_copy(folder, mutation=None):
@@ -465,7 +339,7 @@ def write_chapters(root, chapters, mutation=None):
             raise HarnessError(f'no chapter {chapter} in book/: '
                                'update tests/mutations/mutations.py')
         notebook, origins[chapter] = trimmed(notebooks[chapter],
-                                             needles_of(chapter, mutation),
+                                             group_of(chapter, mutation),
                                              book / 'data_parallel')
         write_notebook(book / chapter, notebook)
     return origins
@@ -492,7 +366,6 @@ class Outcome:
     failed: bool
     failures: list
     seconds: float
-    note: str = ''  # where an outcome that was not run here comes from
 
 
 def why(message, details):
@@ -530,7 +403,7 @@ def pytest_run(root, args, place, stop_first=False, timeout=1200):
                f'--junitxml={report}', f'--basetemp={root / f"tmp-{place}"}',
                *(['-x'] if stop_first else []), *args]
     start = time.monotonic()
-    env = dict(environment(root), **{LOCK_ENV: os.environ.get(LOCK_ENV) or str(LOCK)})
+    env = environment(root)
     done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True,
                           timeout=timeout)
     seconds = time.monotonic() - start
@@ -563,17 +436,13 @@ class Task:
     label: str  # 'control' or the mutation's name
     chapter: str  # '' for the unit tests
     call: Callable
-    timed: bool = False  # it holds a cell that measures time: run_all starts it last
 
 
 def tasks(folder, mutation=None, unit=None, chapters=None):
     """The checks of one (mutated) copy: its unit tests and each chapter's selection.
 
-    Without a mutation, this is the control: every check must pass; its unit tests,
-    and the chapters it checks whole, are not run again when make test's records show
-    them passed on the same files. A
-    mutated copy's checks stop at their first failure (-x): one failure is enough to
-    call it caught.
+    Without a mutation, this is the control: every check must pass. A mutated copy's
+    checks stop at their first failure (-x): one failure is enough to call it caught.
     """
     unit = unit or mutation.unit
     chapters = chapters or mutation.chapters
@@ -581,17 +450,10 @@ def tasks(folder, mutation=None, unit=None, chapters=None):
     origins = write_chapters(root, chapters, mutation)
     stop_first = mutation is not None
     label = mutation.name if mutation else 'control'
-    recorded = None if mutation else recorded_outcome(unit)
-    run_unit = ((lambda outcome=recorded: outcome) if recorded else
-                functools.partial(unit_run, root, unit, stop_first))
-    found = [Task(label, '', run_unit)]
-    for chapter in chapters:  # (not named `recorded`: run_unit reads that name)
-        passed = None if mutation else recorded_chapter(chapter)
-        run = ((lambda outcome=passed: outcome) if passed else
-               functools.partial(run_chapter, root, chapter, origins[chapter],
-                                 stop_first))
-        found.append(Task(label, chapter, run, timed=not passed and measures_time(
-            cells_of(chapter), chapter, needles_of(chapter, mutation))))
+    found = [Task(label, '', functools.partial(unit_run, root, unit, stop_first))]
+    for chapter in chapters:
+        found.append(Task(label, chapter, functools.partial(
+            run_chapter, root, chapter, origins[chapter], stop_first)))
     return found
 
 
@@ -605,15 +467,11 @@ def unit_run(root, unit, stop_first):
 def run_all(all_tasks, workers=2, report=lambda task, outcome: None):
     """{(label, place): Outcome} of every task, `workers` at a time.
 
-    The cells that measure time take the machine alone themselves (LOCK); the tasks
-    that hold one start last. In make test's lanes a timed cell waits for chapter 6's
-    running cell, a ten-epoch run of minutes, and keeps both workers out meanwhile:
-    started last, it comes after that run. report(task, outcome) is called as each ends.
+    report(task, outcome) is called as each ends.
     """
     outcomes = {}
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        running = {pool.submit(t.call): t
-                   for t in sorted(all_tasks, key=lambda t: t.timed)}
+        running = {pool.submit(t.call): t for t in all_tasks}
         for future in as_completed(running):
             task, outcome = running[future], future.result()
             outcomes[task.label, outcome.place] = outcome
@@ -631,4 +489,4 @@ def describe(outcome, expected_to_fail):
                       for test, message in outcome.failures[:3])
     more = f' (+{len(outcome.failures) - 3} more)' if len(outcome.failures) > 3 else ''
     return (f'    {outcome.place:<36} {verdict:<7} {outcome.seconds:4.0f} s  '
-            f'{shown}{more}{outcome.note}').rstrip()
+            f'{shown}{more}').rstrip()

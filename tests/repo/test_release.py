@@ -1,17 +1,9 @@
-"""One way a version reaches readers: tools/release.py and release.yml.
-
-The version in pyproject.toml is the release; release.yml runs tools/release.py when
-ci passes on main, which tags v<version> (and pushes the tag) or fails when the package
-changed since that tag without a new version. Here: the workflow's promises (checked on
-the parsed YAML, and each check fails on a copy broken on purpose), release.py's
-outcomes in small repositories, and a rehearsal: a bare repository stands in for
-GitHub, release.py tags and pushes, and a reader copy's first cell installs the package
-from that tag into an environment that lacks it.
-"""
+"""How a version reaches readers: release.yml, tools/release.py in small repositories,
+and a rehearsal: release.py tags and pushes to a bare repository in GitHub's place, and
+a reader copy's first cell installs the package from that tag."""
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -22,62 +14,53 @@ import pytest
 import yaml
 
 import data_parallel as dp
+from tools import release
 
 ROOT = dp.repo_root()
-WORKFLOW = ROOT / '.github' / 'workflows' / 'release.yml'
-RELEASE = ROOT / 'tools' / 'release.py'
 GITHUB = 'https://github.com/multigpu-book/multigpu-book'
-CHANGED = ('release: the package changed since v0.3.0 without a new version: bump '
-           'version in pyproject.toml')
+SAME = (0, 'release: v0.3.0 is tagged and the package is unchanged: nothing to release')
+CHANGED = (1, 'release: the package changed since v0.3.0 without a new version: bump '
+              'version in pyproject.toml')
+PUSHED = 'release: tagged {} at HEAD and pushed it to origin'
 
 
-def load(path=WORKFLOW):
-    """Parse a workflow file; PyYAML reads the key `on` as True, so map it back."""
-    doc = yaml.safe_load(path.read_text())
+def load(name='release.yml'):
+    """A workflow, parsed; PyYAML reads the key `on` as True, so map it back."""
+    doc = yaml.safe_load((ROOT / '.github' / 'workflows' / name).read_text())
     doc['on'] = doc.pop(True, doc.get('on'))
     return doc
 
 
-def the_step(doc, action):
-    """The one step of the job that uses action (owner/name, any version)."""
+def step(doc, text):
+    """The one step of the job whose `uses` or `run` mentions text."""
     job, = doc['jobs'].values()
-    found = [s for s in job['steps'] if s.get('uses', '').split('@')[0] == action]
-    assert len(found) == 1, f'release.yml uses {action} {len(found)} times'
+    found = [s for s in job['steps'] if text in s.get('uses', '') + s.get('run', '')]
+    assert len(found) == 1, f'release.yml: {len(found)} steps mention {text}'
     return found[0]
-
-
-def release_step(doc):
-    job, = doc['jobs'].values()
-    step, = [s for s in job['steps'] if 'tools/release.py' in s.get('run', '')]
-    return step
 
 
 def check_release_workflow(doc):
     """After ci passes on a push to main, with the tags, it runs release.py --push."""
-    trigger = doc['on']
-    assert set(trigger) == {'workflow_run'}, set(trigger)
-    assert trigger['workflow_run'] == {'workflows': ['ci'], 'types': ['completed'],
-                                       'branches': ['main']}, trigger
-    assert load(ROOT / '.github' / 'workflows' / 'ci.yml')['name'] == 'ci'
+    assert doc['on'] == {'workflow_run': {'workflows': ['ci'], 'types': ['completed'],
+                                          'branches': ['main']}}, doc['on']
+    assert load('ci.yml')['name'] == 'ci'
     assert doc['permissions'] == {'contents': 'write'}  # the tag, nothing more
     job, = doc['jobs'].values()
     condition = ' '.join(job['if'].split())
-    for needed in ("github.event.workflow_run.conclusion == 'success'",
-                   "github.event.workflow_run.event == 'push'"):
-        assert needed in condition, condition
+    for needed in ("conclusion == 'success'", "event == 'push'"):
+        assert f'github.event.workflow_run.{needed}' in condition, condition
     assert job['timeout-minutes'] > 0
-    checkout = the_step(doc, 'actions/checkout')
+    checkout, python, tag = (step(doc, text) for text in (
+        'actions/checkout', 'actions/setup-python', 'tools/release.py'))
     assert checkout['uses'] == 'actions/checkout@v4'  # pinned like ci.yml
     assert checkout['with']['ref'] == '${{ github.event.workflow_run.head_sha }}'
     assert checkout['with']['fetch-depth'] == 0 and checkout['with']['fetch-tags']
-    python = the_step(doc, 'actions/setup-python')
     assert python['uses'] == 'actions/setup-python@v5'
     assert python['with']['python-version'] == '3.11'
-    step = release_step(doc)
-    assert step['run'] == 'python tools/release.py --push origin'
-    assert {'GIT_COMMITTER_NAME', 'GIT_COMMITTER_EMAIL'} <= set(step.get('env', {}))
-    steps = job['steps']
-    assert steps.index(checkout) < steps.index(python) < steps.index(step)
+    assert tag['run'] == 'python tools/release.py --push origin'
+    assert {'GIT_COMMITTER_NAME', 'GIT_COMMITTER_EMAIL'} <= set(tag.get('env', {}))
+    order = [job['steps'].index(s) for s in (checkout, python, tag)]
+    assert order == sorted(order), order
 
 
 def test_release_workflow_tags_after_the_tests_pass_on_main():
@@ -92,15 +75,11 @@ MUTATIONS = {
         {'if': "github.event.workflow_run.event == 'push'"}),
     'read-only': lambda d: d.update(permissions={'contents': 'read'}),
     'more rights': lambda d: d['permissions'].update({'pull-requests': 'write'}),
-    'the branch, not the tested commit': lambda d: the_step(
-        d, 'actions/checkout')['with'].pop('ref'),
-    'no tags': lambda d: the_step(d, 'actions/checkout')['with'].update(
-        {'fetch-depth': 1}),
-    'tags locally only': lambda d: release_step(d).update(
-        run='python tools/release.py'),
-    'checkout by a moving name': lambda d: the_step(d, 'actions/checkout').update(
-        uses='actions/checkout@main'),
-    'no tagger': lambda d: release_step(d).pop('env'),
+    'not the tested commit': lambda d: step(d, 'checkout')['with'].pop('ref'),
+    'no tags': lambda d: step(d, 'checkout')['with'].update({'fetch-depth': 1}),
+    'no push': lambda d: step(d, 'release').update(run='python tools/release.py'),
+    'checkout@main': lambda d: step(d, 'checkout').update(uses='actions/checkout@main'),
+    'no tagger': lambda d: step(d, 'release').pop('env'),
 }
 
 
@@ -114,259 +93,178 @@ def test_release_workflow_check_fails_on_a_broken_copy(name):
 
 # --- tools/release.py in small repositories ------------------------------------------
 
-def git_env(**more):
-    """os.environ with git's configuration of this machine left out, and a committer."""
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith('GIT_')}
-    return {**env, 'GIT_CONFIG_GLOBAL': os.devnull, 'GIT_CONFIG_NOSYSTEM': '1',
-            'GIT_AUTHOR_NAME': 'Test', 'GIT_AUTHOR_EMAIL': 'test@example.com',
-            'GIT_COMMITTER_NAME': 'Test', 'GIT_COMMITTER_EMAIL': 'test@example.com',
-            **more}
+# os.environ without this machine's git configuration, and with a committer
+GIT_ENV = {**{k: v for k, v in os.environ.items() if not k.startswith('GIT_')},
+           'GIT_CONFIG_GLOBAL': os.devnull, 'GIT_CONFIG_NOSYSTEM': '1',
+           'GIT_AUTHOR_NAME': 'Test', 'GIT_AUTHOR_EMAIL': 'test@example.com',
+           'GIT_COMMITTER_NAME': 'Test', 'GIT_COMMITTER_EMAIL': 'test@example.com'}
+PYPROJECT = ('[project]\nname = "multigpu-book"\nversion = "0.3.0"\n'
+             'dependencies = ["torch>=2.4"]  # a comment\n')
 
 
 def git(repo, *args):
-    done = subprocess.run(['git', '-C', str(repo), *args], env=git_env(),
+    """git's stdout in repo; the test fails when git does."""
+    done = subprocess.run(['git', '-C', str(repo), *args], env=GIT_ENV,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
 
-def release(repo, *args, env=None):
-    """Run tools/release.py in repo: (exit status, its output, one string)."""
-    done = subprocess.run([sys.executable, str(RELEASE), *args], cwd=repo,
-                          env=env or git_env(), capture_output=True, text=True,
-                          timeout=120)
+def run(repo, *args, env=GIT_ENV):
+    """Run `python tools/release.py ARGS` in repo: (exit status, output)."""
+    done = subprocess.run([sys.executable, release.__file__, *args], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=120)
     return done.returncode, (done.stdout + done.stderr).strip()
 
 
-def set_version(repo, version):
-    path = repo / 'pyproject.toml'
-    path.write_text(re.sub(r'(?m)^version = ".*"$', f'version = "{version}"',
-                           path.read_text()))
-
-
-def commit(repo, message='change'):
+def commit(repo, files=None, version=None):
+    """Write files ({path: text}), set the version in pyproject.toml, commit it all."""
+    for name, text in (files or {}).items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    if version:
+        path = repo / 'pyproject.toml'
+        path.write_text(re.sub(r'(?m)^version = ".*"$', f'version = "{version}"',
+                               path.read_text()))
     git(repo, 'add', '-A')
-    git(repo, 'commit', '-q', '-m', message)
-
-
-PYPROJECT = '''\
-[project]
-name = "multigpu-book"
-version = "0.3.0"
-dependencies = ["torch>=2.4"]  # a comment
-'''
+    git(repo, 'commit', '-q', '--allow-empty', '-m', 'change')
 
 
 @pytest.fixture
 def repo(tmp_path):
-    """A repository with a package and pyproject.toml, one commit, no tag."""
-    path = tmp_path / 'repo'
-    (path / 'book' / 'data_parallel').mkdir(parents=True)
-    (path / 'book' / 'data_parallel' / '__init__.py').write_text('"""A package."""\n')
-    (path / 'pyproject.toml').write_text(PYPROJECT)
-    (path / 'README.md').write_text('# A book\n')
-    git(path, 'init', '-q', '-b', 'main')
-    commit(path, 'first')
-    return path
+    """A repository with a package and pyproject.toml, no tag; origin, a bare clone."""
+    git(tmp_path, 'init', '-q', '-b', 'main', 'repo')
+    commit(tmp_path / 'repo', {'book/data_parallel/__init__.py': '"""A package."""\n',
+                               'pyproject.toml': PYPROJECT, 'README.md': '# A book\n'})
+    git(tmp_path, 'clone', '-q', '--bare', 'repo', 'origin.git')
+    git(tmp_path / 'repo', 'remote', 'add', 'origin', str(tmp_path / 'origin.git'))
+    return tmp_path / 'repo'
 
 
-def test_release_tags_the_version_once(repo):
-    assert release(repo) == (
-        0, 'release: tagged v0.3.0 at HEAD (not pushed: --push REMOTE pushes it)')
-    assert git(repo, 'cat-file', '-t', 'v0.3.0') == 'tag'  # annotated
-    assert git(repo, 'rev-parse', 'v0.3.0^{commit}') == git(repo, 'rev-parse', 'HEAD')
-    nothing = (0, 'release: v0.3.0 is tagged and the package is unchanged: nothing to '
-               'release')
-    assert release(repo) == nothing
-    (repo / 'README.md').write_text('# A book, longer\n')  # not the package
-    (repo / 'pyproject.toml').write_text(PYPROJECT.replace('# a comment', '# another'))
-    commit(repo)
-    assert release(repo) == nothing
-
-
-def test_release_fails_when_the_package_changed_without_a_new_version(repo):
-    release(repo)
-    (repo / 'book' / 'data_parallel' / 'more.py').write_text('X = 1\n')
-    commit(repo)
-    assert release(repo, '--push', 'origin') == (1, CHANGED)
-    git(repo, 'reset', '-q', '--hard', 'v0.3.0')
-    (repo / 'pyproject.toml').write_text(PYPROJECT.replace('"torch>=2.4"',
-                                                           '"torch>=2.5"'))
-    commit(repo)
-    assert release(repo) == (1, CHANGED)  # what pip installs with it changed too
-    set_version(repo, '0.3.1')
-    commit(repo)
-    assert release(repo)[1].startswith('release: tagged v0.3.1 at HEAD')
+@pytest.mark.parametrize('path, text, said', [
+    ('README.md', '# A book\n', SAME),  # nothing changed
+    ('README.md', '# A book, longer\n', SAME),  # not the package
+    ('pyproject.toml', PYPROJECT.replace('# a comment', '# another'), SAME),
+    ('book/data_parallel/more.py', 'X = 1\n', CHANGED),
+    # what pip installs with the code: its requirements, its packaging
+    ('pyproject.toml', PYPROJECT.replace('2.4', '2.5'), CHANGED),
+    ('pyproject.toml', PYPROJECT + '[tool.setuptools]\npackages = ["x"]\n', CHANGED),
+], ids=['nothing', 'readme', 'comment', 'code', 'requirements', 'packaging'])
+def test_a_version_is_tagged_once_and_keeps_its_package(repo, path, text, said):
+    assert run(repo, '--push', 'origin') == (0, PUSHED.format('v0.3.0'))
+    for where in (repo, repo.parent / 'origin.git'):
+        assert git(where, 'cat-file', '-t', 'v0.3.0') == 'tag'  # annotated
+    commit(repo, {path: text})
+    assert run(repo, '--push', 'nowhere') == said  # neither outcome tries to push
+    commit(repo, version='0.3.1')
+    assert run(repo, '--push', 'origin') == (0, PUSHED.format('v0.3.1'))
+    assert git(repo, 'rev-parse', 'v0.3.1^{commit}') == git(repo, 'rev-parse', 'HEAD')
+    assert git(repo.parent / 'origin.git', 'tag', '--list') == 'v0.3.0\nv0.3.1'
 
 
 def test_release_refuses_a_version_that_is_not_newer(repo):
-    set_version(repo, '0.10.0')
-    commit(repo)
-    release(repo)
-    set_version(repo, '0.9.9')  # older than 0.10.0 (numbers, not text)
-    commit(repo)
-    assert release(repo) == (1, 'release: version 0.9.9 is not newer than the tag '
-                                'v0.10.0: bump version in pyproject.toml')
+    commit(repo, version='0.10.0')
+    assert run(repo) == (
+        0, 'release: tagged v0.10.0 at HEAD (not pushed: --push REMOTE pushes it)')
+    commit(repo, version='0.9.9')  # older than 0.10.0 (numbers, not text)
+    assert run(repo) == (1, 'release: version 0.9.9 is not newer than the tag v0.10.0: '
+                            'bump version in pyproject.toml')
     assert git(repo, 'tag', '--list') == 'v0.10.0'
-
-
-def test_release_pushes_the_tag_or_fails_in_one_line(repo, tmp_path):
-    remote = tmp_path / 'remote.git'
-    git(repo, 'clone', '-q', '--bare', str(repo), str(remote))
-    git(repo, 'remote', 'add', 'origin', str(remote))
-    assert release(repo, '--push', 'origin') == (
-        0, 'release: tagged v0.3.0 at HEAD and pushed it to origin')
-    assert git(remote, 'cat-file', '-t', 'v0.3.0') == 'tag'
-    set_version(repo, '0.4.0')
-    commit(repo)
-    rc, line = release(repo, '--push', 'nowhere')
-    assert rc == 1 and line.startswith('release: could not push v0.4.0 to nowhere: '), \
-        line
-    assert '\n' not in line
-    assert git(repo, 'tag', '--list') == 'v0.3.0'  # no local tag that GitHub lacks
 
 
 def test_release_says_what_is_wrong_in_one_line(repo, tmp_path):
     def fails(where, *args):
-        rc, line = release(where, *args)
-        assert rc != 0 and '\n' not in line and 'Traceback' not in line, line
+        status, line = run(where, *args)
+        assert status == 1 and '\n' not in line and 'Traceback' not in line, line
         return line
     (tmp_path / 'empty').mkdir()
     assert fails(tmp_path / 'empty').startswith('release: not a git repository')
     assert fails(repo, '--push').startswith('usage: ')
-    (repo / 'README.md').write_text('# A book, again\n')
     commit(repo)  # two commits: a clone of depth 1 lacks one
-    shallow = tmp_path / 'shallow'
-    git(tmp_path, 'clone', '-q', '--depth', '1', f'file://{repo}', str(shallow))
-    assert 'shallow clone' in fails(shallow)
-    set_version(repo, '1.0')
-    commit(repo)
+    git(tmp_path, 'clone', '-q', '--depth', '1', f'file://{repo}', 'shallow')
+    assert 'shallow clone' in fails(tmp_path / 'shallow')
+    assert fails(repo, '--push', 'nowhere').startswith(
+        'release: could not push v0.3.0 to nowhere: ')  # and deletes the tag, below
+    commit(repo, version='1.0')
     assert fails(repo) == "release: pyproject.toml: version '1.0' is not X.Y.Z"
-    (repo / 'pyproject.toml').write_text('[project\n')
-    commit(repo)
+    commit(repo, {'pyproject.toml': '[project\n'})
     assert fails(repo).startswith('release: pyproject.toml in HEAD is not TOML: ')
     (repo / 'pyproject.toml').unlink()
     commit(repo)
     assert fails(repo) == 'release: no pyproject.toml in HEAD'
-    assert git(repo, 'tag', '--list') == ''
+    assert git(repo, 'tag', '--list') == ''  # no local tag that GitHub lacks
 
 
 # --- The rehearsal: GitHub is a bare repository, the reader an empty environment -----
 
-def working_tree_files():
-    """What `pip install` of a commit of this repository reads, as it is here now."""
-    listed = subprocess.run(
-        ['git', 'ls-files', '-co', '--exclude-standard', '--', 'pyproject.toml',
-         'README.md', 'LICENSE', 'book/data_parallel'], cwd=ROOT, capture_output=True,
-        text=True, check=True, timeout=60).stdout.split()
-    return [name for name in listed if (ROOT / name).is_file()]
-
-
 def reader_environment(tmp_path):
-    """A venv that lacks data_parallel but has torch and the rest of its requirements.
-
-    Its site-packages gets one path line to a folder of links to this venv's installed
-    packages, all but this project's: its editable install (a .pth file, which a path
-    line does not process) and its metadata. pip in it sees torch as installed.
-    """
-    venv = tmp_path / 'reader'
+    """A venv without data_parallel, yet with torch and the rest of its requirements."""
+    venv, shared = tmp_path / 'reader', tmp_path / 'shared'
     subprocess.run([sys.executable, '-m', 'venv', '--without-pip', str(venv)],
                    check=True, timeout=120)
-    here = Path(sysconfig.get_paths()['purelib'])  # this venv's, with torch
-    assert (here / 'torch').is_dir(), here
-    shared = tmp_path / 'shared-site-packages'
     shared.mkdir()
-    for entry in here.iterdir():
-        if not re.match(r'__editable__|multigpu_book|data_parallel|.*\.pth$',
-                        entry.name):
+    # links to this venv's packages, but not this project's metadata nor its editable
+    # install (a .pth file, which the path line below would not process anyway)
+    mine = re.compile(r'__editable__|multigpu_book|data_parallel|.*\.pth$')
+    for entry in Path(sysconfig.get_paths()['purelib']).iterdir():
+        if not mine.match(entry.name):
             (shared / entry.name).symlink_to(entry)
     site, = venv.glob('lib/python*/site-packages')
     (site / 'shared.pth').write_text(f'{shared}\n')
     return venv / 'bin' / 'python', site
 
 
-PROBE = '''\
-import importlib.metadata, importlib.util, json
-def state():
-    try:
-        version = importlib.metadata.version('multigpu-book')
-    except importlib.metadata.PackageNotFoundError:
-        version = None
-    spec = importlib.util.find_spec('data_parallel')
-    return {'version': version, 'found': spec and spec.origin,
-            'torch': importlib.util.find_spec('torch') is not None}
-print(json.dumps(state()))
-'''
-AFTER = '''
-import data_parallel
-print(json.dumps({**state(), 'VERSION': VERSION, 'file': data_parallel.__file__}))
+# Before and after the cell: are data_parallel and torch found, which multigpu-book is
+PROBE = '''
+from importlib import metadata, util
+print([util.find_spec(name) is not None for name in ('data_parallel', 'torch')],
+      [dist.version for dist in metadata.distributions(name='multigpu-book')])
 '''
 
 
 @pytest.mark.slow
-def test_rehearsal_a_tag_reaches_a_reader(tmp_path):
-    """release.py tags and pushes v<version>; the first cell of a reader copy installs
-    the package from that tag; a changed package needs a new version."""
-    work, github = tmp_path / 'work', tmp_path / 'github.git'
-    for name in working_tree_files():
-        (work / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / name, work / name)
-    git(work, 'init', '-q', '-b', 'main')
-    commit(work, 'the book as it is now')
-    git(work, 'clone', '-q', '--bare', str(work), str(github))
-    git(work, 'remote', 'add', 'origin', str(github))
+def test_rehearsal_a_tag_reaches_a_reader(repo, tmp_path):
+    """release.py tags and pushes v<version>; a reader copy's first cell installs it."""
+    names = git(ROOT, 'ls-files', '-co', '--exclude-standard', '--', 'LICENSE',
+                'pyproject.toml', 'README.md', 'book/data_parallel').split()
+    # what `pip install` reads, as it is here now
+    commit(repo, {name: (ROOT / name).read_text() for name in names
+                  if (ROOT / name).is_file()})
+    github = tmp_path / 'origin.git'
     # release.yml's step, with only the committer its env names
-    env = {**git_env(), **release_step(load())['env']}
-    for key in ('GIT_AUTHOR_NAME', 'GIT_AUTHOR_EMAIL'):
-        env.pop(key)
+    env = {key: value for key, value in {**GIT_ENV, **step(load(), 'release')['env']}
+           .items() if 'AUTHOR' not in key}
     version = tomllib.loads((ROOT / 'pyproject.toml').read_text())['project']['version']
-    assert release(work, '--push', 'origin', env=env) == (
-        0, f'release: tagged v{version} at HEAD and pushed it to origin')
+    assert run(repo, '--push', 'origin', env=env) == (0, PUSHED.format(f'v{version}'))
     assert git(github, 'cat-file', '-t', f'v{version}') == 'tag'
-    set_version(work, '99.0.0')  # main moves on; a reader of v<version> must not see it
-    commit(work, 'later')
-    git(work, 'push', '-q', 'origin', 'HEAD:main')
-    git(work, 'reset', '-q', '--hard', 'HEAD~1')
+    paths = 'book/data_parallel/paths.py'  # main moves on, the tag's readers must not
+    commit(repo, {paths: (repo / paths).read_text() + '# changed\n'}, version='99.0.0')
+    git(repo, 'push', '-q', 'origin', 'HEAD:main')
 
     python, site = reader_environment(tmp_path)
-    reader = ROOT / 'notebooks' / '01_splitting_the_problem.ipynb'
-    cell = next(c for c in json.loads(reader.read_text())['cells']
+    notebook = ROOT / 'notebooks' / '01_splitting_the_problem.ipynb'
+    cell = next(c for c in json.loads(notebook.read_text())['cells']
                 if c['cell_type'] == 'code')
-    reader_env = git_env(
-        # the cell's https://github.com/... URL, cloned from the bare repository
-        GIT_CONFIG_COUNT='1', GIT_CONFIG_KEY_0=f'url.{github}.insteadOf',
-        GIT_CONFIG_VALUE_0=GITHUB,
-        # no network: a requirement that is not installed already fails
-        PIP_NO_INDEX='1', PIP_DISABLE_PIP_VERSION_CHECK='1',
-        # build with the setuptools installed here, not one from the index; pip reads
-        # PIP_NO_BUILD_ISOLATION=0 as --no-build-isolation
-        PIP_NO_BUILD_ISOLATION='0', PIP_CACHE_DIR=str(tmp_path / 'pip-cache'),
-        PYTHONNOUSERSITE='1')
+    reader_env = {
+        **GIT_ENV, 'PYTHONNOUSERSITE': '1', 'PIP_CACHE_DIR': str(tmp_path / 'pip'),
+        # the cell's https://github.com/... URL, cloned from the bare origin
+        'GIT_CONFIG_COUNT': '1', 'GIT_CONFIG_KEY_0': f'url.{github}.insteadOf',
+        'GIT_CONFIG_VALUE_0': GITHUB, 'PIP_DISABLE_PIP_VERSION_CHECK': '1',
+        # no network: a requirement not installed already fails; build with the
+        # setuptools here (pip reads PIP_NO_BUILD_ISOLATION=0 as no isolation)
+        'PIP_NO_INDEX': '1', 'PIP_NO_BUILD_ISOLATION': '0'}
     for key in ('PYTHONPATH', 'MULTIGPU_BOOK_PACKAGE', 'VIRTUAL_ENV'):
         reader_env.pop(key, None)
-    code = PROBE + ''.join(cell['source']) + AFTER
+    code = (PROBE + ''.join(cell['source']) + PROBE
+            + '\nimport data_parallel\nprint(VERSION, data_parallel.__file__)\n')
     done = subprocess.run([str(python), '-c', code], cwd=tmp_path, env=reader_env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
-    before, installed, after = done.stdout.splitlines()
-    assert json.loads(before) == {'version': None, 'found': None, 'torch': True}
-    after = json.loads(after)
-    assert after['VERSION'] == after['version'] == version
+    before, installed, after, pinned = done.stdout.splitlines()
+    assert before == '[False, True] []'
+    assert after == f"[True, True] ['{version}']"  # the tag's version, not main's
     assert installed == (f'Installed the helper package data_parallel from git+{GITHUB}'
                          f'@v{version}.')
-    assert Path(after['file']).is_relative_to(site), after['file']  # not the clone's
+    pinned, file = pinned.split()
+    assert pinned == version and Path(file).is_relative_to(site), file  # not a clone
     assert not (site / 'torch').exists()  # pip took torch as installed
-
-    paths = work / 'book' / 'data_parallel' / 'paths.py'
-    paths.write_text(paths.read_text() + '# changed\n')
-    commit(work)
-    changed = CHANGED.replace('v0.3.0', f'v{version}')
-    assert release(work, '--push', 'origin', env=env) == (1, changed)
-    major, minor, patch = map(int, version.split('.'))
-    bumped = f'{major}.{minor}.{patch + 1}'
-    set_version(work, bumped)
-    commit(work, 'bump')
-    assert release(work, '--push', 'origin', env=env) == (
-        0, f'release: tagged v{bumped} at HEAD and pushed it to origin')
-    assert git(github, 'tag', '--list').split() == [f'v{version}', f'v{bumped}']

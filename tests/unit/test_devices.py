@@ -4,8 +4,6 @@
 read the GPU count from ``torch.cuda.device_count``; ``devices.setup`` must follow
 ``process_device`` and never ask CUDA for a GPU that is not there.
 """
-import re
-
 import pytest
 import torch
 
@@ -234,68 +232,3 @@ def test_what_each_chapter_runs_where(monkeypatch, capsys, num_gpus):
     assert said.count('every job here runs on the CPU') == (2 if num_gpus in (1, 2)
                                                              else 0)
 
-
-# Speed-up checks that tell a slow machine from a broken program (issue 21): decided
-# here on made-up turns, (speed-up, capacity) pairs; no timing.
-
-def test_check_speedup_asserts_a_fraction_of_the_capacity(capsys):
-    assert dp.check_speedup([(1.4, 1.8), (1.5, 1.9)]) is True  # 1.5 >= 0.75 x 1.9
-    with pytest.raises(AssertionError, match='speed-up 0.60 < 0.75 x 1.80'):
-        dp.check_speedup([(0.3, 1.7), (0.6, 1.8)])  # what a no-op use_one_core gives
-    assert capsys.readouterr().out == ''  # a checked speed-up prints nothing
-
-
-def test_check_speedup_judges_the_turn_closest_to_its_capacity():
-    # the busy turn (capacity 1.0) is left out; of the others, 1.2 of 1.5 (0.8) passes
-    assert dp.check_speedup([(0.5, 1.0), (1.2, 1.5), (1.3, 2.0)], fraction=0.78)
-    with pytest.raises(AssertionError):  # the same turns, asked for 0.82 x capacity
-        dp.check_speedup([(0.5, 1.0), (1.2, 1.5), (1.3, 2.0)], fraction=0.82)
-
-
-def test_check_speedup_skips_with_one_line_when_the_machine_is_busy(capsys):
-    # 0.1 would fail the assert: on a busy machine it is not asked
-    assert dp.check_speedup([(0.1, 1.2), (0.2, 1.4)]) is False
-    line, = capsys.readouterr().out.splitlines()
-    assert line == ('Speed-up not checked: the machine gave 1.30 of 1.50 cores needed '
-                    '(busy or small).')
-    assert len(line) <= 88
-
-
-@pytest.mark.parametrize('kwargs, message', [
-    ({'turns': []}, 'turns=[]: give (speed-up, capacity) pairs'),
-    ({'turns': [(1.0,)]}, 'turns='),
-    ({'turns': [(1.0, -1.0)]}, 'turns='),
-    ({'turns': [(1.0, 2.0)], 'workers': 1}, 'workers=1: ask for a whole number'),
-    ({'turns': [(1.0, 2.0)], 'fraction': 1.5}, 'fraction=1.5: give a number above 0'),
-    ({'turns': [(1.0, 2.0)], 'least': 0}, 'least=0: give a number above 0'),
-])
-def test_check_speedup_bad_arguments_get_one_line(kwargs, message):
-    with pytest.raises(ValueError, match=re.escape(message)) as caught:
-        dp.check_speedup(**kwargs)
-    assert '\n' not in str(caught.value)
-
-
-@pytest.mark.parametrize('kwargs', [{'workers': 0}, {'repeats': 0}, {'steps': 2.5},
-                                    {'size': True}])
-def test_parallel_capacity_bad_arguments_get_one_line(kwargs):
-    name, value = next(iter(kwargs.items()))
-    with pytest.raises(ValueError, match=f'{name}={value!r}: ask for a whole number'):
-        dp.parallel_capacity(**kwargs)
-
-
-def test_parallel_capacity_leaves_the_thread_count_as_it_was():
-    threads = torch.get_num_threads()
-    assert dp.parallel_capacity(workers=2, repeats=1, steps=1, size=8) > 0
-    assert torch.get_num_threads() == threads
-
-
-def test_check_speedup_one_lucky_probe_on_a_busy_machine_is_not_enough(capsys):
-    # measured under 2 busy processes on 2 cores: one probe got 1.67, the others ~1
-    turns = [(0.92, 0.92), (1.17, 0.97), (1.21, 0.84), (1.18, 1.00), (1.15, 1.67)]
-    assert dp.check_speedup(turns) is False
-    assert 'gave 0.97 of 1.50 cores' in capsys.readouterr().out  # the median
-
-
-def test_capacity_is_workers_times_alone_over_together_at_most_workers():
-    assert devices.capacity(1.0, 1.25, workers=2) == 1.6
-    assert devices.capacity(1.0, 0.5, workers=2) == 2  # a slowed alone run: noise

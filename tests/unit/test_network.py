@@ -51,8 +51,9 @@ def live_namespaces():
 def test_a_transfer_runs_at_the_rate_set(throttle, bandwidth):
     received, seconds, _ = transfer(bandwidth)
     assert received == 8_000_000
-    # tbf's 512 kB bucket lets the first bytes through at once: about 6 % of 8 MB
-    assert 0.8 < 8 * received / seconds / bandwidth < 1.2, (seconds, bandwidth)
+    # no faster than the rate (unthrottled: Gbit/s); tbf's 512 kB bucket lets the first
+    # bytes through at once, about 6 % of 8 MB. A busy machine may only make it slower.
+    assert 8 * received / seconds / bandwidth < 1.2, (seconds, bandwidth)
 
 
 def test_the_namespace_ends_with_its_command(throttle):

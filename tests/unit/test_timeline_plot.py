@@ -1,9 +1,4 @@
-"""The timeline of one step: spans read from profiler events, and their figure.
-
-The job that profiles a real 2-process DDP step behind a slow wire is
-tests/jobs/test_timeline.py; here a 1-process gloo group checks that this torch still
-records the events jobs.timeline reads.
-"""
+"""One step's timeline: spans read from profiler events, and their figure."""
 from types import SimpleNamespace
 
 import matplotlib
@@ -31,8 +26,7 @@ def span(kind, start, end, name=None):
 
 
 STEP = [span('forward', 0, 10), span('backward', 11, 30), span('allreduce', 15, 40),
-        span('allreduce', 20, 45), span('allreduce', 41, 50),
-        span('optimizer', 51, 53)]
+        span('allreduce', 20, 45), span('allreduce', 41, 50), span('optimizer', 51, 53)]
 ONE_BUCKET = [span('forward', 0, 10), span('backward', 11, 30),
               span('allreduce', 31, 60), span('optimizer', 61, 63)]
 
@@ -50,10 +44,9 @@ def bars(fig):
 
 
 def test_draws_one_bar_per_span_coloured_by_kind():
+    assert tuple(plots.TIMELINE_COLORS) == timeline.KINDS  # every kind the job reads
     fig = dp.plot_timeline({'buckets': STEP, 'one bucket': ONE_BUCKET}, title='t')
-    drawn = bars(fig)
-    assert len(drawn) == len(STEP) + len(ONE_BUCKET)
-    assert sorted((k, x, w) for k, x, w, _, _ in drawn) == sorted(
+    assert sorted((k, x, w) for k, x, w, _, _ in bars(fig)) == sorted(
         (s['kind'], s['start_ms'], s['end_ms'] - s['start_ms'])
         for s in STEP + ONE_BUCKET)
     ax, = fig.axes
@@ -63,17 +56,17 @@ def test_draws_one_bar_per_span_coloured_by_kind():
     assert ax.get_xlabel() == 'milliseconds since the step began'
 
 
-def test_allreduces_at_once_stack_in_the_wire_lane():
+def test_allreduces_at_once_stack_in_the_wire_lane_and_count_once():
     """The two that overlap get a half-height row each; the third reuses the first."""
-    drawn = [b for b in bars(dp.plot_timeline({'buckets': STEP}))
-             if b[0] == 'allreduce']
-    (_, _, _, y1, h1), (_, _, _, y2, h2), (_, _, _, y3, _) = sorted(
-        drawn, key=lambda b: b[1])
+    assert timeline.overlap_ms(STEP) == 15  # 15..30 of backward, two allreduces at once
+    assert timeline.overlap_ms(ONE_BUCKET) == 0
+    drawn = sorted(bars(dp.plot_timeline({'buckets': STEP})), key=lambda b: b[1])
+    (_, _, _, y1, h1), (_, _, _, y2, h2), (_, _, _, y3, _) = [
+        b for b in drawn if b[0] == 'allreduce']
     assert h1 == h2 == pytest.approx(0.4)
     assert y2 == pytest.approx(y1 + 0.4) and y3 == pytest.approx(y1)
-    compute = [b for b in bars(dp.plot_timeline({'buckets': STEP}))
-               if b[0] != 'allreduce']
-    assert all(y >= y2 + h2 for _, _, _, y, _ in compute)  # compute above the wire
+    compute = [y for kind, _, _, y, _ in drawn if kind != 'allreduce']
+    assert compute and all(y >= y2 + h2 for y in compute)  # compute above the wire
 
 
 @pytest.mark.parametrize('spans_by_variant, message', [
@@ -89,8 +82,7 @@ def test_allreduces_at_once_stack_in_the_wire_lane():
      "spans_by_variant['a'][0]: start_ms=5, end_ms=1: give finite milliseconds"),
     ({'a': [span('forward', -1, 1)]}, 'start_ms=-1, end_ms=1'),
     ({'a': [span('forward', 0, float('nan'))]}, 'start_ms=0, end_ms=nan'),
-    ({'a': [{'kind': 'forward', 'start_ms': 0}]}, 'start_ms=0, end_ms=None'),
-])
+    ({'a': [{'kind': 'forward', 'start_ms': 0}]}, 'start_ms=0, end_ms=None')])
 def test_refuses_bad_spans_in_one_line(spans_by_variant, message):
     with pytest.raises(ValueError) as error:
         dp.plot_timeline(spans_by_variant)
@@ -98,13 +90,9 @@ def test_refuses_bad_spans_in_one_line(spans_by_variant, message):
     assert '\n' not in str(error.value)
 
 
-def test_the_plot_draws_every_kind_the_timeline_reads():
-    assert tuple(plots.TIMELINE_COLORS) == timeline.KINDS
-
-
-def event(name, start_us, end_us):
-    return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start_us,
-                                                                 end=end_us))
+def event(name, start, end):
+    """A profiler event as jobs.timeline reads it: a name, start and end in µs."""
+    return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start, end=end))
 
 
 def test_spans_are_read_from_profiler_events():
@@ -127,15 +115,8 @@ def test_spans_are_read_from_profiler_events():
         span('forward', 80.0, 84.0, 'DistributedDataParallel.forward'),
         span('backward', 85.0, 87.0, 'backward: 1 autograd nodes'),
         span('optimizer', 89.0, 94.0, 'Optimizer.step#SGD.step')]
-
-
-def test_overlap_counts_time_once_when_allreduces_run_together():
-    assert timeline.overlap_ms(STEP) == 15  # 15..30 of backward, two allreduces at once
-    assert timeline.overlap_ms(ONE_BUCKET) == 0
-
-
-def test_profile_step_finds_every_kind_in_a_real_ddp_step():
-    """This torch's profiler still names the events that jobs.timeline reads."""
+    # A real 1-process DDP step: this torch's profiler still names those events
+    # (tests/jobs/test_timeline.py profiles 2 processes behind a slow wire).
     dist.init_process_group('gloo', store=dist.HashStore(), rank=0, world_size=1)
     try:
         model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))

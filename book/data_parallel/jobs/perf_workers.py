@@ -7,7 +7,6 @@ gloo on the CPU), with MULTIGPU_DATA set:
         --mb 25
     torchrun --standalone --nproc-per-node=2 -m data_parallel.jobs.perf_workers train \\
         --batch-size 256 --steps 20 --impls compute ddp flat overlap ring
-    torchrun --standalone --nproc-per-node=2 -m data_parallel.jobs.perf_workers speedup
 
 `allreduce` first checks that the star and the ring allreduce of the package give
 exactly what torch.distributed.all_reduce gives (integer values, sizes that do not split
@@ -17,16 +16,12 @@ is DistributedDataParallel, `flat` backward then one all_reduce of a flat gradie
 buffer, `ring` the same with the ring allreduce, `overlap` an all_reduce per parameter
 started by a gradient hook as soon as backward has produced that gradient, and `nosync`
 the DDP step inside `no_sync()`, which skips its allreduce (DDP without communication).
-`speedup` times rank 0 alone on each global batch against all ranks with DDP, in turns,
-with the machine's parallel capacity (parallel_probe) probed in each turn, for
-devices.check_speedup.
 Rank 0 prints one line per measurement as it finishes, then `RESULT <json>`;
 ``data_parallel.launch.run`` starts it, streams those lines and reads the result.
 """
 import argparse
 import contextlib
 import statistics
-import time
 
 import torch
 import torch.distributed as dist
@@ -37,8 +32,7 @@ from ..cli import at_least, positive_float
 from ..data import TRAIN_SIZE, read_in_job
 from ..models import LeNet
 from ..performance import FlatParams
-from .measure import (check_exact, global_batches, local_batches, run_mode, say,
-                      timed)
+from .measure import check_exact, local_batches, run_mode, say, timed
 
 
 # --- allreduce ---------------------------------------------------------------------
@@ -166,94 +160,6 @@ def train(args, device):
     return results
 
 
-# --- speed-up -----------------------------------------------------------------------
-
-def plain_step(device, lr):
-    """One process's LeNet step without DDP: the one-device side of a speed-up."""
-    model = LeNet().to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    loss_fn = nn.CrossEntropyLoss()
-
-    def step(X, y):
-        opt.zero_grad()
-        loss_fn(model(X), y).backward()
-        opt.step()
-    return step
-
-
-def parallel_probe(device, steps=100, size=512):
-    """Rank 0's seconds for matrix products alone, then with every rank at once."""
-    # The yardstick of the speed-up, taken by the job's own processes, so that the
-    # scheduler treats it as it treats DDP's: each process multiplies matrices on one
-    # intra-op thread (devices.one_thread), and all of them finish together (a
-    # barrier). No all_reduce after every product: on this 2-core machine, with both
-    # processes busy, each cost about 4 ms (a scheduler tick, measured), which would
-    # make the yardstick mostly waiting.
-    a = torch.rand(size, size, device=device)
-
-    def work(sync):
-        for _ in range(steps):
-            torch.mm(a, a)
-        if sync:
-            dist.barrier()  # the slowest rank's time, not rank 0's
-    with devices.one_thread():
-        dist.barrier()
-        alone = None
-        if dist.get_rank() == 0:  # the others wait in timed's barrier
-            start = time.perf_counter()
-            work(False)
-            devices.synchronize([device])
-            alone = time.perf_counter() - start
-        together = timed(lambda: work(True), device, 1)
-    return alone, together
-
-
-def speedup(args, device):
-    """Rank 0 alone on each global batch, then all ranks with DDP, in turns."""
-    # Both sides run in one job and take turns, so a busy moment of the machine slows
-    # one turn, not the comparison; the probe just before each turn says what the
-    # machine gave then (parallel_probe). While rank 0 runs alone, the others wait at a
-    # barrier.
-    # Alone times (job and probe) are the best over all turns: a one-core run is the
-    # machine's, not the moment's, and a busy moment only slows it (it would make a
-    # speed-up and a capacity look larger than they are).
-    world_size, rank = dist.get_world_size(), dist.get_rank()
-    X, y, _, _ = read_in_job()  # local rank 0 first
-    n, b = args.warmup + args.steps, args.batch_size
-    whole = [(X_b.to(device), y_b.to(device))  # the global batches local_batches splits
-             for X_b, y_b in global_batches(X, y, b, n)]
-    shards = local_batches(X, y, b, n, device)
-    alone_step = plain_step(device, args.lr)
-    ddp_step, _ = make_step('ddp', device, b, args.lr)
-    run = lambda step, batches: [step(X_b, y_b) for X_b, y_b in batches]
-    if rank == 0:
-        run(alone_step, whole[:args.warmup])
-    run(ddp_step, shards[:args.warmup])
-    parallel_probe(device, steps=2)  # warms up the probe's products and barriers
-    alone, together, probes = [], [], []
-    for _ in range(args.repeats):
-        probes.append(parallel_probe(device))  # the machine's capacity now
-        dist.barrier()
-        if rank == 0:  # the one-process side
-            start = time.perf_counter()
-            run(alone_step, whole[args.warmup:])
-            devices.synchronize([device])
-            alone.append((time.perf_counter() - start) / args.steps)
-        together.append(timed(lambda: run(ddp_step, shards[args.warmup:]), device, 1)
-                        / args.steps)  # timed starts with a barrier: rank 0 is done
-    if rank:
-        return None
-    probe_alone = min(a for a, _ in probes)
-    capacity = [devices.capacity(probe_alone, t, world_size) for _, t in probes]
-    turns = [(min(alone) / t, c) for t, c in zip(together, capacity)]
-    say(f'batch {b}, 1 process alone against {world_size} with DDP, speed-up '
-        '(capacity) in each turn: '
-        + ', '.join(f'{s:.2f} ({c:.2f})' for s, c in turns))
-    return {'world_size': world_size, 'backend': dist.get_backend(), 'batch_size': b,
-            'threads': torch.get_num_threads(), 'alone_step_seconds': alone,
-            'together_step_seconds': together, 'capacity': capacity, 'turns': turns}
-
-
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         prog='torchrun ... -m data_parallel.jobs.perf_workers',
@@ -271,19 +177,11 @@ def parse_args(argv=None):
     t.add_argument('--lr', type=positive_float, default=0.2)
     t.add_argument('--impls', nargs='+', default=['compute', 'ddp'],
                    choices=['compute', 'nosync', 'ddp', 'flat', 'ring', 'overlap'])
-    s = sub.add_parser('speedup')
-    s.add_argument('--batch-size', type=at_least(1, int, TRAIN_SIZE), default=256,
-                   help='global minibatch, split evenly over all processes')
-    s.add_argument('--steps', type=at_least(1, int), default=5)
-    s.add_argument('--warmup', type=at_least(0, int), default=2)
-    s.add_argument('--repeats', type=at_least(1, int), default=5)
-    s.add_argument('--lr', type=positive_float, default=0.2)
     return parser.parse_args(argv)
 
 
 def main(argv=None):
-    run_mode({'allreduce': allreduce, 'train': train, 'speedup': speedup},
-             parse_args(argv),
+    run_mode({'allreduce': allreduce, 'train': train}, parse_args(argv),
              'torchrun --standalone --nproc-per-node=2 '
              '-m data_parallel.jobs.perf_workers allreduce')
 
