@@ -31,7 +31,7 @@ def build_dir():
 
 @pytest.fixture(scope='session')
 def browser(build_dir):
-    import pagecheck
+    from tests.browser import pagecheck
     # one profile per pytest-xdist worker: Chromium locks the profile it runs in
     worker = os.environ.get('PYTEST_XDIST_WORKER', 'main')
     with pagecheck.chromium(build_dir / f'.chromium-profile-{worker}') as driver:

@@ -1,142 +1,118 @@
-"""The page checker can fail: hand-made pages, each broken in one way, are served locally
-and opened in Chromium; the checker must pass the intact page and name every defect."""
+"""The page checker can fail: hand-made pages, each broken in one way, are served
+locally and opened in Chromium; the intact ones pass, each defect is named."""
 import json
 import socket
 import urllib.request
 from pathlib import Path
+from string import Template
 
 import pytest
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
-import pagecheck
+from tests.browser import pagecheck
 
-ROOT = Path(__file__).resolve().parents[2]
-MATHJAX = ROOT / '_vendor' / 'mathjax'
+MATHJAX = Path(__file__).resolve().parents[2] / '_vendor' / 'mathjax'
 CODE = 'total = sum(g for g in grads)  # all-reduce\n'
 SECRET = "assert abs(loss - 0.25) < 1e-3, 'leaked hidden check'"
-
-PIXEL_SVG = ('<svg xmlns="http://www.w3.org/2000/svg" width="8" height="8">'
-             '<rect width="8" height="8" fill="#4f8fd6"/></svg>')
-
-
-def page(defect=None):
-    """An intact page, or one with exactly one defect."""
-    code = highlight(CODE, PythonLexer(), HtmlFormatter())
-    if defect == 'unhighlighted':
-        code = f'<div class="highlight"><pre>{CODE}</pre></div>'
-    parts = {
-        'style': f'<style>{HtmlFormatter().get_style_defs(".highlight")}</style>',
-        # as Sphinx + MyST write it: only .math elements are typeset, the rest is ignored
-        'mathjax': '<script>window.MathJax = {"options": {"processHtmlClass": '
-                   '"tex2jax_process|mathjax_process|math|output_area"}}</script>'
-                   '<script defer src="mathjax/tex-chtml.js"></script>',
-        'image': '<img src="pixel.svg" alt="pixel">',
-        'code': f'<div class="highlight-python notranslate">{code}</div>',
-        'math': r'<p>The loss <span class="math notranslate nohighlight">\(\ell(w)^2\)</span>'
-                r' and <div class="math notranslate nohighlight">\[\sum_{i=1}^k g_i\]</div></p>',
-        'links': '<p><a href="other.html#target">there</a> <a href="#here">here</a> '
-                 '<a href="https://example.org/">outside (not fetched)</a></p>',
-        'solution': '<details class="hide above-input"><summary>Show solution</summary>'
-                    '<div class="cell_input"><p>SOLUTION TEXT</p></div></details>',
-        'extra': '',
-    }
-    if defect == 'console-error':
-        parts['extra'] = "<script>console.error('deliberate console error')</script>"
-    elif defect == 'js-exception':
-        parts['extra'] = '<script>no_such_function_in_this_page()</script>'
-    elif defect == 'missing-image':
-        parts['image'] = '<img src="_images/missing.png" alt="missing">'
-    elif defect == 'no-mathjax':
-        parts['mathjax'] = ''
-    elif defect == 'tex-error':
-        parts['math'] += r'<p><span class="math notranslate nohighlight">\(x^\)</span></p>'
-    elif defect == 'raw-tex':
-        parts['extra'] = r'<p>Untagged math \(a+b\) in the prose.</p>'
-    elif defect == 'broken-file-link':
-        parts['links'] += '<a href="book/99_missing.html">missing chapter</a>'
-    elif defect == 'broken-anchor':
-        parts['links'] += '<a href="other.html#no-such-section">missing section</a>'
-    elif defect == 'external-request':
-        parts['extra'] = '<link rel="stylesheet" href="http://localhost:9/remote.css">'
-    elif defect == 'removed-cell-shown':
-        parts['extra'] = highlight(SECRET, PythonLexer(), HtmlFormatter())
-    elif defect == 'solution-open':
-        parts['solution'] = parts['solution'].replace('<details ', '<details open ')
-    return ('<!DOCTYPE html><html><head><meta charset="utf-8"><title>t</title><link rel="icon" href="pixel.svg">'
-            f"{parts['style']}{parts['mathjax']}</head><body>"
-            '<section class="tex2jax_ignore mathjax_ignore"><h2 id="here">Here</h2>'
-            f"{parts['image']}{parts['code']}{parts['math']}{parts['links']}"
-            f"{parts['solution']}{parts['extra']}</section></body></html>")
+MORE = '<!-- more -->'               # where a defect adds to PAGE
+SVG = ('<svg xmlns="http://www.w3.org/2000/svg" width="{0}" height="{1}">'
+       '<rect width="{0}" height="{1}" fill="#4f8fd6"/></svg>')
+# A notebook whose remove-cell cell holds SECRET (what must never be shown).
+NOTEBOOK = json.dumps({'cells': [
+    {'cell_type': 'code', 'metadata': {}, 'source': CODE, 'outputs': []},
+    {'cell_type': 'code', 'metadata': {'tags': ['remove-cell']},
+     'source': 'import math\n' + SECRET + '\n', 'outputs': []}]})
 
 
-# defect -> a phrase the checker must report
+def python(code):
+    """`code` highlighted by Pygments, as Sphinx writes it."""
+    return highlight(code, PythonLexer(), HtmlFormatter())
+
+
+def broken(page, old, new):
+    """`page` with the first `old` (which it must hold) replaced by `new`."""
+    assert old in page, old
+    return page.replace(old, new, 1)
+
+
+# A chapter as Sphinx + MyST write it: MathJax typesets only the .math elements.
+PAGE = Template(r"""<!DOCTYPE html><html><head><meta charset="utf-8"><title>t</title>
+<link rel="icon" href="pixel.svg"><style>$style</style>
+<script>window.MathJax = {"options": {"processHtmlClass":
+  "tex2jax_process|mathjax_process|math|output_area"}}</script>
+<script defer src="mathjax/tex-chtml.js"></script></head><body>
+<section class="tex2jax_ignore mathjax_ignore"><h2 id="here">Here</h2>
+<img src="pixel.svg" alt="pixel">
+<div class="highlight-python notranslate">$code</div>
+<p>The loss <span class="math notranslate nohighlight">\(\ell(w)^2\)</span> and
+<div class="math notranslate nohighlight">\[\sum_{i=1}^k g_i\]</div></p>
+<p><a href="other.html#target">there</a> <a href="#here">here</a>
+<a href="https://example.org/">outside (not fetched)</a></p>
+<details class="hide above-input"><summary>Show solution</summary>
+<div class="cell_input"><p>SOLUTION TEXT</p></div></details>
+$more</section></body></html>""").substitute(
+    style=HtmlFormatter().get_style_defs('.highlight'), code=python(CODE), more=MORE)
+
+# defect: (what check_page must report, text of PAGE, what replaces it)
 DEFECTS = {
-    'console-error': 'console error',
-    'js-exception': 'console error',
-    'missing-image': 'image did not load',
-    'unhighlighted': 'not syntax-highlighted',
-    'no-mathjax': 'math not typeset',
-    'tex-error': 'MathJax error in formula',
-    'raw-tex': 'raw TeX',
-    'broken-file-link': 'does not exist',
-    'broken-anchor': 'no anchor #no-such-section',
-    'external-request': 'request outside the local server',
-    'removed-cell-shown': 'content of a remove-cell cell',
-    'solution-open': 'solution shown without a click',
+    'console-error': ('console error', MORE, "<script>console.error('oops')</script>"),
+    'js-exception': ('console error', MORE, '<script>no_such_function()</script>'),
+    'missing-image': ('image did not load', '"pixel.svg" alt', '"missing.png" alt'),
+    'unhighlighted': ('not syntax-highlighted', python(CODE),
+                      f'<div class="highlight"><pre>{CODE}</pre></div>'),
+    'no-mathjax': ('math not typeset', 'src="mathjax/tex-chtml.js"', ''),
+    'tex-error': ('MathJax error in formula', MORE, r'<p class="math">\(x^\)</p>'),
+    'raw-tex': ('raw TeX', MORE, r'<p>Untagged math \(a+b\) in the prose.</p>'),
+    'broken-file-link': ('does not exist', MORE, '<a href="book/99_gone.html">x</a>'),
+    'broken-anchor': ('no anchor #no-such-section', MORE,
+                      '<a href="other.html#no-such-section">missing section</a>'),
+    'external-request': ('request outside the local server', MORE,
+                         '<link rel="stylesheet" href="http://localhost:9/x.css">'),
+    'removed-cell-shown': ('content of a remove-cell cell', MORE, python(SECRET)),
+    'solution-open': ('solution shown without a click', '<details ', '<details open '),
 }
 
 
 @pytest.fixture(scope='module')
 def site(tmp_path_factory):
+    """A served folder with MathJax, images, a page to link to and a notebook."""
     assert (MATHJAX / 'tex-chtml.js').exists(), 'run `make mathjax` first'
     root = tmp_path_factory.mktemp('site')
     (root / 'mathjax').symlink_to(MATHJAX, target_is_directory=True)
-    (root / 'pixel.svg').write_text(PIXEL_SVG)
+    (root / 'pixel.svg').write_text(SVG.format(8, 8))
+    (root / 'wide.svg').write_text(SVG.format(800, 100))
     (root / 'other.html').write_text('<html><body><h2 id="target">T</h2></body></html>')
-    (root / 'good.html').write_text(page())
-    for defect in DEFECTS:
-        (root / f'{defect}.html').write_text(page(defect))
+    (root / 'nb.ipynb').write_text(NOTEBOOK)
     with pagecheck.serve(root) as url:
         yield root, url
 
 
-def problems_of(browser, site, name):
+def problems_of(browser, site, name, html):
+    """What check_page finds on `html`, served as `name`."""
     root, url = site
-    return pagecheck.check_page(browser, url, root, f'{name}.html',
-                                forbidden=pagecheck.removed_snippets(notebook(root)))
+    (root / name).write_text(html)
+    browser.set_window_size(pagecheck.DESKTOP, 900)
+    return pagecheck.check_page(browser, url, root, name,
+                                forbidden=pagecheck.removed_snippets(root / 'nb.ipynb'))
 
 
-def notebook(root):
-    """A notebook whose remove-cell cell holds SECRET (what must never be shown)."""
-    path = root / 'nb.ipynb'
-    if not path.exists():
-        path.write_text(json.dumps({'cells': [
-            {'cell_type': 'code', 'metadata': {}, 'source': CODE, 'outputs': []},
-            {'cell_type': 'code', 'metadata': {'tags': ['remove-cell']},
-             'source': 'import math\n' + SECRET + '\n', 'outputs': []}]}))
-    return path
-
-
-def test_intact_page_passes(browser, site):
-    assert problems_of(browser, site, 'good') == []
+def test_intact_page_passes_and_its_solution_opens(browser, site):
+    assert problems_of(browser, site, 'good.html', PAGE) == []
+    assert pagecheck.open_first_solution(browser) == 'hide-cell'
 
 
 @pytest.mark.parametrize('defect', sorted(DEFECTS))
 def test_each_defect_is_caught(browser, site, defect):
-    problems = problems_of(browser, site, defect)
-    assert any(DEFECTS[defect] in p for p in problems), problems
-
-
-def test_solution_opens_on_click(browser, site):
-    root, url = site
-    pagecheck.load(browser, url + 'good.html')
-    assert pagecheck.open_first_solution(browser) == 'hide-cell'
+    phrase, old, new = DEFECTS[defect]
+    problems = problems_of(browser, site, f'{defect}.html', broken(PAGE, old, new))
+    assert any(phrase in p for p in problems), problems
 
 
 def test_removed_snippets_skips_short_and_shared_lines(tmp_path):
-    assert pagecheck.removed_snippets(notebook(tmp_path)) == [SECRET]
+    (tmp_path / 'nb.ipynb').write_text(NOTEBOOK)
+    assert pagecheck.removed_snippets(tmp_path / 'nb.ipynb') == [SECRET]
 
 
 def test_server_stops_and_frees_its_port(tmp_path):
@@ -144,224 +120,186 @@ def test_server_stops_and_frees_its_port(tmp_path):
     with pagecheck.serve(tmp_path) as url:
         assert urllib.request.urlopen(url + 'x.html', timeout=5).read() == b'x'
         port = int(url.rsplit(':', 1)[1].strip('/'))
-    with pytest.raises(OSError), socket.create_connection(('127.0.0.1', port), timeout=2):
+    with pytest.raises(OSError), socket.create_connection(('127.0.0.1', port), 2):
         pass
 
 
 # ---------------------------------------------------------- every screen (issue 12)
-
-NAV_STYLE = """<style>
-body { margin: 0; font: 16px sans-serif; }
+# The theme's header: a chapter-list and a page-contents button, two menus.
+NAV_PAGE = """<!DOCTYPE html><html><head><meta charset="utf-8"><title>nav</title>
+<meta name="viewport" content="width=device-width"><style>
 .bar { display: flex; gap: 8px; padding: 8px; }
 .panel { position: fixed; top: 0; width: 200px; height: 100%; background: #eee;
          visibility: hidden; z-index: 10; }
-.panel.open { visibility: visible; }
+.panel.open { visibility: visible; } .hidden { display: none; }
 .bd-sidebar-primary { left: 0; } .bd-sidebar-secondary { right: 0; }
-.dropdown-menu { display: none; position: absolute; margin: 0; padding: 4px;
-                 list-style: none; background: #fff; border: 1px solid #999; }
+.dropdown-menu { display: none; position: absolute; background: #fff; }
 .dropdown-menu.show { display: block; }
-.hidden { display: none; }
 .veil { display: none; position: fixed; inset: 0; z-index: 20; background: #0001; }
 .bd-sidebar-primary.open ~ .veil { display: block; }
-</style>"""
-NAV_SCRIPT = """<script>
-function wire(button, panel) {
-  button.addEventListener('click', () => panel.classList.toggle('open'));
-}
+</style></head><body>
+<div class="bar"><button class="primary-toggle">chapters</button>
+<div class="dropdown dropdown-launch-buttons"><button>launch</button>
+<ul class="dropdown-menu"><li><a class="dropdown-item" href="#c">Colab</a></ul></div>
+<div class="dropdown dropdown-download-buttons"><button>download</button>
+<ul class="dropdown-menu"><li><a class="dropdown-item" href="#d">.ipynb</a></ul></div>
+<button class="secondary-toggle">contents</button></div>
+<div class="panel bd-sidebar-primary"><nav class="bd-docs-nav">
+<a href="#c1">1. Chapter one</a></nav></div>
+<div class="panel bd-sidebar-secondary"><nav><a href="#s1">Section</a></nav></div>
+<article class="bd-article"><h1 id="c1">Chapter</h1><p id="s1">Text.</p></article>
+<script>
 const $ = selector => document.querySelector(selector);
-wire($(WIRED_PRIMARY), $('.bd-sidebar-primary'));
+function wire(button, panel) {
+  if (button) button.addEventListener('click', () => panel.classList.toggle('open'));
+}
+wire($('.primary-toggle'), $('.bd-sidebar-primary'));
 wire($('.secondary-toggle'), $('.bd-sidebar-secondary'));
-document.querySelectorAll('.dropdown > button').forEach(b => b.addEventListener('click',
-  () => b.nextElementSibling.classList.toggle('show')));
-</script>"""
+document.querySelectorAll('.dropdown > button').forEach(b => b.addEventListener(
+  'click', () => b.nextElementSibling.classList.toggle('show')));
+</script></body></html>"""
+CHAPTERS = '<button class="primary-toggle">chapters</button>'
 
-
-def nav_page(defect=None):
-    """A page with a chapter-list and a page-contents button and two header menus, as
-    the theme has them, or broken in one way."""
-    primary = '<button class="primary-toggle">chapters</button>'
-    wired = '.primary-toggle'
-    if defect == 'dead-chapter-button':        # the theme bug: the hidden twin is wired
-        primary = ('<button class="primary-toggle hidden">chapters</button>' + primary)
-    launch_item = '<li><a class="dropdown-item" href="#c">Colab</a></li>'
-    menu_style = ''
-    if defect == 'menu-off-screen':
-        menu_style = ' style="left: 100vw"'
-    body = (f'<div class="bar">{primary}'
-            '<div class="dropdown dropdown-launch-buttons"><button>launch</button>'
-            f'<ul class="dropdown-menu"{menu_style}>{launch_item}</ul></div>'
-            '<div class="dropdown dropdown-download-buttons"><button>download</button>'
-            '<ul class="dropdown-menu"><li>'
-            '<a class="dropdown-item" href="#d">.ipynb</a></li></ul></div>'
-            '<button class="secondary-toggle">contents</button></div>'
-            '<div class="panel bd-sidebar-primary"><nav class="bd-docs-nav">'
-            '<a href="#c1">1. Chapter one</a></nav></div>'
-            '<div class="panel bd-sidebar-secondary">'
-            '<nav><a href="#s1">Section</a></nav></div>'
-            '<article class="bd-article"><h1 id="c1">Chapter</h1>'
-            '<p id="s1">Text.</p></article>')
-    script = NAV_SCRIPT.replace('WIRED_PRIMARY', repr(wired))
-    if defect == 'dead-contents-button':
-        script = script.replace("wire($('.secondary-toggle')",
-                                "(() => null)($('.secondary-toggle')")
-    if defect == 'dead-menu':
-        script = script.replace('.dropdown > button',
-                                '.dropdown-download-buttons > button')
-    if defect == 'covered-chapter-list':       # opens, but under a veil (the backdrop)
-        body += '<div class="veil"></div>'
-    if defect == 'two-search-boxes':
-        body = body.replace('<div class="bar">', '<div class="bar">' + 2 * (
-            '<button class="search-button-field">Search</button>'))
-    if defect == 'wide-element':
-        body += '<div style="width: 700px; background: #fcc">a wide table</div>'
-    if defect == 'no-chapter-button':
-        body = body.replace(primary, '')
-        script = script.replace(f'wire($({wired!r})', f'(() => null)($({wired!r})')
-    return ('<!DOCTYPE html><html><head><meta charset="utf-8"><title>nav</title>'
-            f'<meta name="viewport" content="width=device-width">{NAV_STYLE}</head>'
-            f'<body>{body}{script}</body></html>')
-
-
+# defect: (what navigation_problems must report, text of NAV_PAGE, what replaces it)
 NAV_DEFECTS = {
-    'dead-chapter-button': 'the chapter-list button does nothing',
-    'dead-contents-button': 'the page-contents button does nothing',
-    'covered-chapter-list': 'the chapter-list button does nothing',
-    'no-chapter-button': 'no visible chapter-list button',
-    'dead-menu': 'the launch menu does not open',
-    'menu-off-screen': 'the launch menu does not open, or its items are off screen',
-    'two-search-boxes': '2 search boxes shown',
+    # the theme's bug: the hidden twin of the button is the one wired
+    'dead-chapter-button': ('the chapter-list button does nothing', CHAPTERS,
+                            CHAPTERS.replace('toggle', 'toggle hidden') + CHAPTERS),
+    'dead-contents-button': ('the page-contents button does nothing',
+                             "wire($('.secondary", "// wire($('.secondary"),
+    # it opens, but under a veil (the backdrop)
+    'covered-chapter-list': ('the chapter-list button does nothing',
+                             '<article', '<div class="veil"></div><article'),
+    'no-chapter-button': ('no visible chapter-list button', CHAPTERS, ''),
+    'dead-menu': ('the launch menu does not open', '.dropdown > button',
+                  '.dropdown-download-buttons > button'),
+    'menu-off-screen': ('the launch menu does not open, or its items are off screen',
+                        '"dropdown-menu"', '"dropdown-menu" style="left: 100vw"'),
+    'two-search-boxes': ('2 search boxes shown', CHAPTERS, CHAPTERS + 2 * (
+        '<button class="search-button-field">Search</button>')),
 }
 
-
-def code_page(defect=None):
-    """Code cells, an output, solutions and figures as myst-nb writes them."""
-    wide = 'x' * (pagecheck.MAX_COLUMNS - 4)
-    line = f'y = {wide}' + ('z' if defect == 'wide-code' else '')   # 88 (or 89) columns
-    output = 'loss 0.25' if defect != 'wide-output' else 'o' * 89
-    solution_code = ('<div class="cell tag_solution"><div class="cell_input">'
-                     '<div class="highlight"><pre>print(2 + 2)</pre></div></div>'
-                     '<div class="cell_output"><pre>4</pre></div></div>')
-    solution = ('<div class="admonition dropdown"><p class="admonition-title">'
-                f'Solution to exercise 1</p><p>Prose.</p>{solution_code}</div>')
-    if defect == 'split-solution':
-        solution = ('<div class="admonition dropdown"><p class="admonition-title">'
-                    'Solution to exercise 1</p><p>Prose.</p></div>'
-                    '<div class="cell tag_hide-cell"><details class="hide above-input">'
-                    '<summary>Show code cell content</summary>'
-                    f'{solution_code}</details></div>')
-    alt = {'figure-alt-file-name': '../_images/1f3a9c.png', 'figure-no-alt': ''}.get(
-        defect, 'Two GPUs add their gradients')
-    figure_input = '<div class="cell_input"><pre>dp.plot_allreduce();</pre></div>'
-    if defect == 'figure-toggle':
-        figure_input = ('<details class="hide above-input"><summary>'
-                        f'Show code cell source</summary>{figure_input}</details>')
-    figure_style = ' style="width: 120px"' if defect == 'small-figure' else ''
-    noqa = '  # noqa: E402' if defect == 'noqa' else ''
-    return ('<!DOCTYPE html><html><head><meta charset="utf-8"><title>code</title>'
-            '<style>.dropdown.closed > :not(.admonition-title) { display: none; }'
-            '</style>'
-            '</head><body><article class="bd-article">'
-            f'<div class="cell"><div class="cell_input"><pre>import torch{noqa}\n{line}'
-            f'</pre></div><div class="cell_output"><pre>{output}</pre></div></div>'
-            f'{solution}'
-            f'<div class="cell">{figure_input}<div class="cell_output"><figure>'
-            f'<img src="wide.svg" alt="{alt}"{figure_style}>'
-            '<figcaption>Fig. 1</figcaption>'
-            '</figure></div></div></article>'
-            '<script>document.querySelectorAll(".dropdown").forEach(box => {'
-            + 'box.classList.add("closed");'
-            + ('' if defect == 'dead-solution' else     # closed, and no click opens it
-               'box.querySelector(".admonition-title")'
-               '.addEventListener("click", () => box.classList.toggle("closed"));')
-            + '});</script></body></html>')
+# Code cells, an output, a solution and a figure as myst-nb writes them.
+SOLUTION_CODE = ('<div class="cell tag_solution"><div class="cell_input"><div '
+                 'class="highlight"><pre>print(2 + 2)</pre></div></div>'
+                 '<div class="cell_output"><pre>4</pre></div></div>')
+FIGURE_INPUT = '<div class="cell_input"><pre>dp.plot_allreduce();</pre></div>'
+ALT = 'Two GPUs add their gradients'
+# a collapsed cell, as myst-nb writes it
+HIDDEN = ('<details class="hide above-input"><summary>Show code cell {}</summary>'
+          '{}</details>')
+CODE_PAGE = Template("""<!DOCTYPE html><html><head><meta charset="utf-8">
+<title>code</title>
+<style>.dropdown.closed > :not(.admonition-title) { display: none; }</style>
+</head><body><article class="bd-article">
+<div class="cell"><div class="cell_input"><pre>import torch
+y = $wide</pre></div><div class="cell_output"><pre>loss 0.25</pre></div></div>
+<div class="admonition dropdown"><p class="admonition-title">Solution to exercise 1</p>
+<p>Prose.</p>$solution</div>
+<div class="cell">$figure<div class="cell_output"><figure>
+<img src="wide.svg" alt="$alt"><figcaption>Fig. 1</figcaption></figure></div></div>
+</article><script>
+for (const box of document.querySelectorAll('.dropdown')) {
+  box.classList.add('closed');
+  const title = box.querySelector('.admonition-title');
+  title.addEventListener('click', () => box.classList.toggle('closed'));
+}
+</script></body></html>""").substitute(
+    wide='x' * (pagecheck.MAX_COLUMNS - 4),                 # a line of 88 columns
+    solution=SOLUTION_CODE, figure=FIGURE_INPUT, alt=ALT)
 
 
-# defect -> (checker, phrase it must report)
+# defect: (check, what it must report, text of CODE_PAGE, what replaces it)
 CODE_DEFECTS = {
-    'wide-code': (pagecheck.code_width_problems, 'code cell wider than 88'),
-    'wide-output': (pagecheck.code_width_problems, 'output wider than 88'),
+    'wide-code': (pagecheck.code_width_problems, 'code cell wider than 88',
+                  'x</pre>', 'xz</pre>'),
+    'wide-output': (pagecheck.code_width_problems, 'output wider than 88',
+                    'loss 0.25', 'o' * 89),
     'split-solution': (pagecheck.solution_problems,
-                       'Solution to exercise 1: split in two'),
-    'figure-alt-file-name': (pagecheck.alt_text_problems, 'alt text is a file name'),
-    'figure-no-alt': (pagecheck.alt_text_problems, 'figure without alt text'),
+                       'Solution to exercise 1: split in two',
+                       SOLUTION_CODE + '</div>',
+                       '</div><div class="cell tag_hide-cell">'
+                       + HIDDEN.format('content', SOLUTION_CODE) + '</div>'),
+    'figure-alt-file-name': (pagecheck.alt_text_problems, 'alt text is a file name',
+                             ALT, '../_images/1f3a9c.png'),
+    'figure-no-alt': (pagecheck.alt_text_problems, 'figure without alt text', ALT, ''),
     'figure-toggle': (pagecheck.authoring_mark_problems,
-                      "'Show code cell source' toggle"),
-    'noqa': (pagecheck.authoring_mark_problems, 'linter mark in the code'),
+                      "'Show code cell source' toggle",
+                      FIGURE_INPUT, HIDDEN.format('source', FIGURE_INPUT)),
+    'noqa': (pagecheck.authoring_mark_problems, 'linter mark in the code',
+             'import torch\n', 'import torch  # noqa: E402\n'),
     'small-figure': (lambda d: pagecheck.figure_size_problems(d, 400),
-                     'figure shown 120 px wide'),
+                     'figure shown 120 px wide', '<img ', '<img style="width: 120px" '),
 }
-WIDE_SVG = ('<svg xmlns="http://www.w3.org/2000/svg" width="800" height="100">'
-            '<rect width="800" height="100" fill="#4f8fd6"/></svg>')
 
 
-@pytest.fixture(scope='module')
-def screens(tmp_path_factory):
-    root = tmp_path_factory.mktemp('screens')
-    (root / 'wide.svg').write_text(WIDE_SVG)
-    (root / 'nav-good.html').write_text(nav_page())
-    for defect in NAV_DEFECTS:
-        (root / f'nav-{defect}.html').write_text(nav_page(defect))
-    (root / 'nav-wide-element.html').write_text(nav_page('wide-element'))
-    (root / 'code-good.html').write_text(code_page())
-    for defect in list(CODE_DEFECTS) + ['dead-solution']:
-        (root / f'code-{defect}.html').write_text(code_page(defect))
-    with pagecheck.serve(root) as url:
-        yield url
+def code_page(defect):
+    """CODE_PAGE with `defect` of CODE_DEFECTS."""
+    return broken(CODE_PAGE, *CODE_DEFECTS[defect][2:])
+
+
+def open_page(browser, site, name, html, width=pagecheck.DESKTOP):
+    """Serve `html` as `name` and open it in a window `width` pixels wide."""
+    root, url = site
+    (root / name).write_text(html)
+    browser.set_window_size(width, 900)
+    pagecheck.load(browser, url + name)
 
 
 @pytest.mark.parametrize('width', [pagecheck.PHONE, pagecheck.DESKTOP])
-def test_intact_screens_pass(browser, screens, width):
-    browser.set_window_size(width, 900)
-    pagecheck.load(browser, screens + 'nav-good.html')
+def test_intact_screens_pass(browser, site, width):
+    open_page(browser, site, 'nav-good.html', NAV_PAGE, width)
     assert pagecheck.navigation_problems(browser) == []
     assert pagecheck.wide_element_problems(browser) == []
-    pagecheck.load(browser, screens + 'code-good.html')
-    for check, _ in CODE_DEFECTS.values():
+    open_page(browser, site, 'code-good.html', CODE_PAGE, width)
+    for check, *_ in CODE_DEFECTS.values():
         assert check(browser) == []
     assert pagecheck.open_solution_with_code(browser) is True
 
 
 @pytest.mark.parametrize('defect', sorted(NAV_DEFECTS))
-def test_each_navigation_defect_is_caught(browser, screens, defect):
-    browser.set_window_size(pagecheck.PHONE, 900)
-    pagecheck.load(browser, screens + f'nav-{defect}.html')
+def test_each_navigation_defect_is_caught(browser, site, defect):
+    phrase, old, new = NAV_DEFECTS[defect]
+    html = broken(NAV_PAGE, old, new)
+    open_page(browser, site, f'nav-{defect}.html', html, pagecheck.PHONE)
     problems = pagecheck.navigation_problems(browser)
-    assert any(NAV_DEFECTS[defect] in p for p in problems), problems
+    assert any(phrase in p for p in problems), problems
 
 
-def test_element_wider_than_a_phone_is_caught(browser, screens):
-    browser.set_window_size(pagecheck.PHONE, 900)
-    pagecheck.load(browser, screens + 'nav-wide-element.html')
+def test_element_wider_than_a_phone_is_caught(browser, site):
+    wide = '<div style="width: 700px">a wide table</div>'
+    html = broken(NAV_PAGE, '</article>', wide + '</article>')
+    open_page(browser, site, 'nav-wide-element.html', html, pagecheck.PHONE)
     problems = pagecheck.wide_element_problems(browser)
     assert len(problems) == 1 and 'a wide table' in problems[0], problems
 
 
 @pytest.mark.parametrize('defect', sorted(CODE_DEFECTS))
-def test_each_code_and_figure_defect_is_caught(browser, screens, defect):
-    browser.set_window_size(pagecheck.DESKTOP, 900)
-    pagecheck.load(browser, screens + f'code-{defect}.html')
-    check, phrase = CODE_DEFECTS[defect]
+def test_each_code_and_figure_defect_is_caught(browser, site, defect):
+    check, phrase, *_ = CODE_DEFECTS[defect]
+    open_page(browser, site, f'code-{defect}.html', code_page(defect))
     problems = check(browser)
     assert any(phrase in p for p in problems), problems
 
 
-def test_wide_code_names_its_cell_and_can_be_allowed(browser, screens):
-    pagecheck.load(browser, screens + 'code-wide-code.html')
+def test_wide_code_names_its_cell_and_can_be_allowed(browser, site):
+    open_page(browser, site, 'code-wide-code.html', code_page('wide-code'))
     problems = pagecheck.code_width_problems(browser)
     assert len(problems) == 1 and "cell 'import torch'" in problems[0], problems
     assert "(89)" in problems[0]
     assert pagecheck.code_width_problems(browser, allowed=['import torch']) == []
 
 
-def test_solution_that_does_not_open_is_caught(browser, screens):
-    pagecheck.load(browser, screens + 'code-dead-solution.html')
+def test_solution_that_does_not_open_is_caught(browser, site):
+    html = broken(CODE_PAGE, 'title.addEventListener', '// title.addEventListener')
+    open_page(browser, site, 'code-dead-solution.html', html)
     assert pagecheck.open_solution_with_code(browser) is False
 
 
-def test_code_cut_on_a_phone_is_caught(browser, screens):
-    browser.set_window_size(pagecheck.PHONE, 900)
-    pagecheck.load(browser, screens + 'code-wide-output.html')
+def test_code_cut_on_a_phone_is_caught(browser, site):
+    html = code_page('wide-output')
+    open_page(browser, site, 'code-wide-output.html', html, pagecheck.PHONE)
     assert any('code block cut' in p and 'ooo' in p
                for p in pagecheck.cut_code_problems(browser))
-    pagecheck.load(browser, screens + 'nav-good.html')
+    open_page(browser, site, 'nav-good.html', NAV_PAGE, pagecheck.PHONE)
     assert pagecheck.cut_code_problems(browser) == []
