@@ -1,14 +1,20 @@
 # One command per job; each builds .venv first when it is missing or out of date.
-#   make book     HTML from the stored notebook outputs (strict: warnings are errors)
-#   make test     what must be true: every test (pytest tests) and every chapter re-run
-#                 by nbval, its outputs compared; nothing in it times the machine
-#   make unit     the fast tests only (not marked slow), for the inner loop of a change
-#   make nbval    the chapters alone, as make test runs them
-#   make speed    what should be fast: the speed claims of the text, on a quiet machine
-#   make execute  re-run every notebook in place on this machine (refresh stored outputs)
-#   make lab      JupyterLab on the book's folder, to run the chapters yourself
-#   make clean    remove the build folder and caches (keeps .venv and data/)
+#   make book       HTML from the stored notebook outputs (strict: warnings are errors)
+#   make test       what must be true: every test (pytest tests) and every chapter re-run
+#                   by nbval, its outputs compared; nothing in it times the machine
+#   make unit       the fast tests only (not marked slow), for the inner loop of a change
+#   make nbval      the chapters alone, as make test runs them
+#   make speed      what should be fast: the text's speed claims, on a quiet machine
+#   make benchmark  the same tables, printed, failing on nothing
+#   make mutations  plant each bug the book names in a copy (tests/mutations/): the unit
+#                   tests and the chapters' own checks must fail on each, pass without
+#   make browser-check  build the book and check every page in headless Chromium
+#   make gpu-check  on a GPU machine: the CUDA paths, chapters 1-6, the DDP jobs
+#   make execute    re-run every notebook in place here (refresh the stored outputs)
+#   make lab        JupyterLab on the reader copies, to run the chapters yourself
 #   make reader-copies  rewrite notebooks/, the chapters as Colab and a download give them
+#   make logo, make figures  redraw book/logo.svg and the intro's figure
+#   make clean      remove the build folder and caches (keeps .venv and data/)
 # .venv is built with $(PYTHON), which must be Python 3.11 or newer (the pins in
 # requirements.txt need it): `make PYTHON=python3.12 test` picks another one.
 PYTHON ?= python3
@@ -90,11 +96,7 @@ clean:
 distclean: clean
 	rm -rf $(VENV)
 
-# ---- The book as a reader sees it (added targets; the ones above are unchanged) --------
-#   make browser-check  build the book, then open every page in headless Chromium and check
-#                       it (console, images, highlighting, math, links, hidden cells);
-#                       screenshots go to _build/screenshots/
-#   make logo           redraw book/logo.svg from tools/make_logo.py
+# ---- The book as a reader sees it ------------------------------------------------------
 # MathJax 3 comes from the npm package pinned in package-lock.json, copied into the
 # git-ignored _vendor/mathjax and published as _static/mathjax, so math renders offline.
 # Chromium comes from Debian (chromium + chromium-driver), installed when missing.
@@ -140,36 +142,17 @@ logo:
 figures: $(STAMP)
 	$(PY) -c "import data_parallel as dp; dp.write_book_figures('book')"
 
-# ---- Where the time goes (added target; not part of `make test`) ------------------------
-#   make benchmark  make speed's tables, printed, without failing on a missed claim:
-#                   one table of measured ratios (data pipeline, training loops, DDP,
-#                   star/ring/torch allreduce, cost model), about 3 minutes on 2 CPU cores
-#                   and then tools/wire_benchmark.py's: chapter 10's targets on a
-#                   throttled loopback (buckets, fp16 hook, accumulation, cost model),
-#                   about 2 minutes more
-.PHONY: benchmark
+.PHONY: benchmark gpu-check mutations
 
 benchmark: $(STAMP)
 	$(PY) -m tools.benchmark
 	$(PY) -m tools.wire_benchmark
 
-# ---- On a GPU machine (added target; not part of `make test`) ------------------------
-#   make gpu-check  the tests marked cuda and nbval (chapters 1-6) on CUDA, chapter 7's
-#                   DDP job on every GPU, ResNet-18 for 2 epochs, ring vs all_reduce (2+
-#                   GPUs); one summary table. No GPU: says so, exits 0.
-.PHONY: gpu-check
-
+# The tests marked cuda and nbval (chapters 1-6) on CUDA, chapter 7's DDP job on every
+# GPU, ResNet-18 for 2 epochs, ring vs all_reduce (2+ GPUs). No GPU: says so, exits 0.
 gpu-check: $(STAMP)
 	$(PY) tools/gpu_check.py
 
-# ---- The book's checks catch the bugs it names (added target; not in `make test`) ----
-#   make mutations  plant each bug the book names (get_params without a copy, d2l's
-#                   rebinding allreduce, split_batch dropping examples, dividing by the
-#                   shard size, a ring that skips a hop) in a copy of the package and the
-#                   chapters; the unit tests and the chapters' own checks must both fail
-#                   on each, and pass on the unmutated copy (tests/mutations/). Prints
-#                   the matrix of what caught what; about 8 minutes on 2 CPU cores.
-.PHONY: mutations
-
+# Prints the matrix of what caught what; about 10 minutes on 2 CPU cores.
 mutations: $(STAMP)
 	JOBS=$(JOBS) MULTIGPU_MUTATIONS=1 $(PY) -m pytest -v -m matrix tests/mutations/test_mutations.py

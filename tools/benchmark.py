@@ -23,6 +23,7 @@ does not claim: printed, never checked. The missed claims are named again last; 
 anything beside it slows one side of a ratio.
 """
 import argparse
+import itertools
 import os
 import statistics
 import sys
@@ -45,9 +46,8 @@ SERIAL, THREADS = ('passes only, one device after the other',
 ARTICLE_IMAGES, ARTICLE_MEMORY = ("article's loop, per-image loader",
                                   "article's loop, in-memory batches")
 ARTICLE_ONE, IMPROVED_ONE = "article's loop, k = 1", 'improved loop, k = 1'
-# Two devices of a core each against one: chapters 6 to 8 held the speed-up to 0.75 x
-# the cores' worth measured beside it, which is 1.8-2.0 for 2 threads on a quiet 2-core
-# machine; the article's loop runs its devices in turn, about 1 (chapter 6)
+# 0.75 x the 1.8-2.0 cores' worth of 2 threads on a quiet 2-core machine (chapters
+# 6 to 8); the article's loop runs its devices in turn, about 1 (chapter 6)
 SPEEDUP, LOOP_SPEEDUP = 1.4, 1.3
 # ring from scratch / all_reduce at 25 MB (chapter 8): gloo's are both bandwidth-bound
 # copies; NCCL's one kernel against 2(k - 1) launches from Python is launch-bound
@@ -68,35 +68,20 @@ def parse_args(argv=None):
 
 # --- In this process: loaders, passes and loops, timed as chapter 8 times them --------
 
-def split_batches(loader, devices, num_batches):
-    """The first num_batches batches of loader as (X, y, X_shards, y_shards)."""
-    batches = []
-    for X, y in loader:
-        batches.append((X, y, *dp.split_batch(X, y, devices)))
-        if len(batches) == num_batches:
-            break
-    return batches
-
-
-def flat_replicas(devices):
-    """One flat replica of LeNet's initial parameters per device."""
-    return [dp.FlatParams(dp.init_lenet_params(), d) for d in devices]
-
-
-def article_replicas(devices):
-    """The article's replicas of LeNet's initial parameters, one per device."""
-    return [dp.get_params(dp.init_lenet_params(), d) for d in devices]
+def replicas(devices, make=dp.FlatParams):
+    """One replica of LeNet's initial parameters per device, as make builds it."""
+    return [make(dp.init_lenet_params(), d) for d in devices]
 
 
 def in_process_runs(devices, n, pool):
     """The functions to time, by name, every code path warmed up once."""
     our_train, _ = dp.load_fashion_mnist(BATCH)  # first: one clear error if no data
     image_train = dp.per_image_loader(BATCH)
-    batches = split_batches(our_train, devices, n)  # pre-loaded, shuffled, split
-    pass_replicas, flat, flat_one = (flat_replicas(devices), flat_replicas(devices),
-                                     flat_replicas(devices[:1]))
-    article_params = article_replicas(devices)
-    article_one = article_replicas(devices[:1])
+    batches = [(X, y, *dp.split_batch(X, y, devices))  # pre-loaded, shuffled, split
+               for X, y in itertools.islice(our_train, n)]
+    pass_replicas, flat, flat_one, article_params, article_one = (
+        replicas(devices), replicas(devices), replicas(devices[:1]),
+        replicas(devices, dp.get_params), replicas(devices[:1], dp.get_params))
     article = lambda X, y: dp.train_batch(X, y, article_params, devices, LR)
     article_1 = lambda X, y: dp.train_batch(X, y, article_one, devices[:1], LR)
     improved = lambda X, y: dp.train_batch_flat(X, y, flat, devices, LR, pool)
@@ -116,11 +101,7 @@ def in_process_runs(devices, n, pool):
 
 
 def median_times(runs, devices, repeats):
-    """dp.median_seconds of runs, one interleaved round at a time: each prints its line.
-
-    The median over the rounds of single timings is what median_seconds(runs, devices,
-    repeats) returns; a round at a time shows progress on a long run.
-    """
+    """dp.median_seconds of runs, a round at a time: a long run shows its progress."""
     rounds = []
     for r in range(repeats):
         rounds.append(dp.median_seconds(runs, devices, repeats=1))
@@ -129,37 +110,24 @@ def median_times(runs, devices, repeats):
     return {name: statistics.median(times[name] for times in rounds) for name in runs}
 
 
-# --- With torchrun: DDP steps and allreduces ------------------------------------------
-
-def ddp_runs(n):
-    """DDP and compute-only steps, one core per process: strong scaling, k = 1, 2, 4."""
-    return {k: launch.run(perf_workers, k, 'train', '--batch-size', BATCH, '--steps', n,
-                          '--impls', 'compute', 'nosync', 'ddp', echo=True)[0]
-            for k in (1, 2, 4)}
-
-
-def allreduce_runs():
-    """gloo's and our allreduce of 25 MB, and of LeNet's gradient, for k = 2 and 4."""
-    return {(k, mb): launch.run(perf_workers, k, 'allreduce', '--mb', mb,
-                                '--repeats', 5, echo=True)
-            for k in (2, 4) for mb in (25, LENET_MB)}
-
-
 def measure(args):
     """Every measurement of the table: (times in this process, DDP runs, allreduces)."""
     devices = dp.get_devices(K)  # on a CPU: one core per device
     print(f'load average before: {os.getloadavg()[0]:.2f} (1 minute), '
           f'{torch.get_num_threads()} intra-op thread(s)', flush=True)
     with ThreadPoolExecutor(K) as pool:  # one thread per device
-        runs = in_process_runs(devices, args.batches, pool)
-        t = median_times(runs, devices, args.repeats)
-    ddp = ddp_runs(args.batches)  # each run prints one line per measurement
-    return t, ddp, allreduce_runs()
-
-
-def predicted_step(compute, k, allreduce):
-    """Chapter 8's cost model, filled with the allreduce measured at LeNet's size."""
-    return dp.step_seconds(compute, NUM_VALUES, k, allreduce['busbw']['torch'])
+        t = median_times(in_process_runs(devices, args.batches, pool), devices,
+                         args.repeats)
+    # with torchrun, a core per process, each job printing its measurements: DDP and
+    # compute-only steps, then gloo's and our allreduce of 25 MB and of LeNet's gradient
+    ddp = {k: launch.run(perf_workers, k, 'train', '--batch-size', BATCH, '--steps',
+                         args.batches, '--impls', 'compute', 'nosync', 'ddp',
+                         echo=True)[0]
+           for k in (1, 2, 4)}
+    rings = {(k, mb): launch.run(perf_workers, k, 'allreduce', '--mb', mb,
+                                 '--repeats', 5, echo=True)
+             for k in (2, 4) for mb in (25, LENET_MB)}
+    return t, ddp, rings
 
 
 def one_core_each():
@@ -169,24 +137,24 @@ def one_core_each():
 
 def derived(t, ddp, rings, n):
     """Throughputs (examples/s), the cost model's errors (predicted / measured - 1)."""
+    # chapter 8's cost model, filled with the allreduce measured at LeNet's size
     return {'rate': {k: run['ddp']['examples_per_second'] for k, run in ddp.items()},
             'improved_rate': n * BATCH / t[IMPROVED],
-            'errors': {k: predicted_step(ddp[k]['nosync']['step_seconds'], k,
-                                         rings[k, LENET_MB])
+            'errors': {k: dp.step_seconds(ddp[k]['nosync']['step_seconds'], NUM_VALUES,
+                                          k, rings[k, LENET_MB]['busbw']['torch'])
                        / ddp[k]['ddp']['step_seconds'] - 1 for k in (2, 4)},
             'one_core_each': one_core_each()}
 
 
 # --- The report -----------------------------------------------------------------------
 
-def speedup_claim(target, check, claimed):
-    """(target, check) of a speed-up row: no check where its premise does not hold."""
-    return (target, check) if claimed else ('(CPU cores only)', None)
-
-
 def table_rows(t, ddp, rings, fig, n):
     """(measure, ratio, target, check) rows; a row without a ratio is a heading."""
-    rate, backend, claimed = fig['rate'], ddp[2]['backend'], fig['one_core_each']
+    rate, backend = fig['rate'], ddp[2]['backend']
+    faster = (f'>= {SPEEDUP}', lambda x: x >= SPEEDUP)
+    in_turn = (f'< {LOOP_SPEEDUP}', lambda x: x < LOOP_SPEEDUP)
+    if not fig['one_core_each']:  # the speed-ups' premise: a CPU core per device
+        faster = in_turn = ('(CPU cores only)', None)
     rows = [
         ('Data pipeline', None, None, None),
         ('our loader: epoch time of per-image / ours',
@@ -194,13 +162,11 @@ def table_rows(t, ddp, rings, fig, n):
          '(goal >= 10)', None),
         (f'Scaling, one core per device, batch {BATCH} (throughput k = 2 / k = 1)',
          None, None, None),
-        (f'DDP ({backend}, processes)', rate[2] / rate[1],
-         *speedup_claim(f'>= {SPEEDUP}', lambda x: x >= SPEEDUP, claimed)),
+        (f'DDP ({backend}, processes)', rate[2] / rate[1], *faster),
         ('improved from-scratch loop (threads)', t[IMPROVED_ONE] / t[IMPROVED],
-         *speedup_claim(f'>= {SPEEDUP}', lambda x: x >= SPEEDUP, claimed)),
+         *faster),
         ("article's loop (one device after the other)",
-         t[ARTICLE_ONE] / t[ARTICLE_MEMORY],
-         *speedup_claim(f'< {LOOP_SPEEDUP}', lambda x: x < LOOP_SPEEDUP, claimed)),
+         t[ARTICLE_ONE] / t[ARTICLE_MEMORY], *in_turn),
         (f'Training, k = {K}, batch {BATCH}, {n} batches (time / passes only)',
          None, None, None),
         ("article's loop, per-image loader / serial passes",
@@ -230,8 +196,7 @@ def table_rows(t, ddp, rings, fig, n):
 
 def print_absolute(t, ddp, rings, fig):
     """The measured times, throughputs and bandwidths behind the ratios."""
-    print()
-    print('Absolute numbers (medians):')
+    print('\nAbsolute numbers (medians):')
     for name, value in t.items():
         print(f'   {name:<52} {value:7.3f} s')
     for k, run in ddp.items():

@@ -68,7 +68,7 @@ def mbit(rate):
     return 'open loopback' if rate is None else f'{rate / 1e6:.0f} Mbit/s'
 
 
-def job(title, rate, model, variants, steps, extra=()):
+def job(title, rate, model, steps, variants=('compute', 'one-bucket'), extra=()):
     """One wire_workers job of K processes at rate (None: open); its RESULT record."""
     print(f'{title}, {mbit(rate)}:', flush=True)
 
@@ -89,17 +89,16 @@ def break_even_rate(small):
 
 def run_jobs(steps):
     """Every job of the table: {'small'|'deep'|'break_even': {rate: record}}."""
-    small_title = '2 x 1024 MLP, batch 1024'
-    small = {rate: job(small_title, rate, SMALL, ['compute', 'one-bucket'], steps)
+    title = '2 x 1024 MLP, batch 1024'
+    small = {rate: job(title, rate, SMALL, steps)
              for rate in (None, 1000e6, 400e6, 100e6)}
-    small[RATE] = job(small_title, RATE, SMALL,
-                      ['compute', 'one-bucket', 'accumulate', 'fp16'], steps,
+    small[RATE] = job(title, RATE, SMALL, steps,
+                      ['compute', 'one-bucket', 'accumulate', 'fp16'],
                       ['--accumulate', ACCUMULATE])
-    deep = {rate: job('6 x 1024 MLP, batch 4096, buckets of 4 MB', rate, DEEP,
-                      ['one-bucket', 'buckets'], steps) for rate in OVERLAP_RATES}
+    deep = {rate: job('6 x 1024 MLP, batch 4096, buckets of 4 MB', rate, DEEP, steps,
+                      ['one-bucket', 'buckets']) for rate in OVERLAP_RATES}
     rate = break_even_rate(small)
-    even = {rate: job(f'{small_title}, break-even', rate, SMALL,
-                      ['compute', 'one-bucket'], steps)}
+    even = {rate: job(f'{title}, break-even', rate, SMALL, steps)}
     return {'small': small, 'deep': deep, 'break_even': even}
 
 
@@ -118,11 +117,6 @@ def ratio(record, variant, field, base='one-bucket'):
 def step(record):
     """The one-bucket DDP step of a job's record, in seconds."""
     return record['one-bucket']['step_seconds']
-
-
-def wire_seconds(record, rate):
-    """Seconds the bytes of both processes' ring allreduce need on one wire at rate."""
-    return K * 4 * record['num_values'] * 8 / rate  # each sends 2(k - 1)/k N = N
 
 
 def table_rows(runs):
@@ -153,13 +147,15 @@ def table_rows(runs):
         rows.append((f'error at {mbit(rate)}', error, f'within +-{MODEL_ERROR}',
                      lambda x: abs(x) < MODEL_ERROR))
     wall = small[WALL_RATE]
+    # the bytes' time: each process sends 2(k - 1)/k N = N values on the one wire
+    wire_seconds = K * 4 * wall['num_values'] * 8 / WALL_RATE
     (rate, even), = runs['break_even'].items()
     low, high = BREAK_EVEN
     return rows + [
         ("The wall, 2 x 1024 MLP, one bucket (step / the bytes' time on the wire)",
          None, None, None),
         (f"step / both processes' bytes at {mbit(WALL_RATE)}",
-         step(wall) / wire_seconds(wall, WALL_RATE), f'> {WALL}', lambda x: x > WALL),
+         step(wall) / wire_seconds, f'> {WALL}', lambda x: x > WALL),
         ('Exercise 1, 2 x 1024 MLP, one bucket (measured / predicted)',
          None, None, None),
         (f'step at the break-even rate, {mbit(rate)}',
@@ -169,8 +165,7 @@ def table_rows(runs):
 
 def print_absolute(runs):
     """The measured steps and bytes behind the ratios, and the cost model's terms."""
-    print()
-    print('Absolute numbers (median step of each job; MB that rank 0 sent per step):')
+    print('\nAbsolute numbers (median step of each job; MB that rank 0 sent per step):')
     for key, title in (('small', '2 x 1024'), ('deep', '6 x 1024'),
                        ('break_even', '2 x 1024')):
         for rate, record in runs[key].items():

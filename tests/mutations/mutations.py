@@ -29,7 +29,6 @@ import xml.etree.ElementTree as ElementTree
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 # the checkout this file lies in (tests/mutations/): what the copies are made of
 ROOT = Path(__file__).resolve().parents[2]
@@ -430,16 +429,8 @@ def run_chapter(root, chapter, origins, stop_first):
     return outcome
 
 
-@dataclass
-class Task:
-    """One check of one copy, to run when a worker is free: () -> Outcome."""
-    label: str  # 'control' or the mutation's name
-    chapter: str  # '' for the unit tests
-    call: Callable
-
-
 def tasks(folder, mutation=None, unit=None, chapters=None):
-    """The checks of one (mutated) copy: its unit tests and each chapter's selection.
+    """(label, call) of each check of one (mutated) copy: unit tests, each chapter.
 
     Without a mutation, this is the control: every check must pass. A mutated copy's
     checks stop at their first failure (-x): one failure is enough to call it caught.
@@ -450,10 +441,10 @@ def tasks(folder, mutation=None, unit=None, chapters=None):
     origins = write_chapters(root, chapters, mutation)
     stop_first = mutation is not None
     label = mutation.name if mutation else 'control'
-    found = [Task(label, '', functools.partial(unit_run, root, unit, stop_first))]
+    found = [(label, functools.partial(unit_run, root, unit, stop_first))]
     for chapter in chapters:
-        found.append(Task(label, chapter, functools.partial(
-            run_chapter, root, chapter, origins[chapter], stop_first)))
+        found.append((label, functools.partial(run_chapter, root, chapter,
+                                               origins[chapter], stop_first)))
     return found
 
 
@@ -464,18 +455,15 @@ def unit_run(root, unit, stop_first):
     return outcome
 
 
-def run_all(all_tasks, workers=2, report=lambda task, outcome: None):
-    """{(label, place): Outcome} of every task, `workers` at a time.
-
-    report(task, outcome) is called as each ends.
-    """
+def run_all(all_tasks, workers=2, report=lambda label, outcome: None):
+    """{(label, place): Outcome} of every (label, call), `workers` at a time."""
     outcomes = {}
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        running = {pool.submit(t.call): t for t in all_tasks}
+        running = {pool.submit(call): label for label, call in all_tasks}
         for future in as_completed(running):
-            task, outcome = running[future], future.result()
-            outcomes[task.label, outcome.place] = outcome
-            report(task, outcome)
+            label, outcome = running[future], future.result()
+            outcomes[label, outcome.place] = outcome
+            report(label, outcome)  # as each ends
     return outcomes
 
 

@@ -90,9 +90,9 @@ def outcomes(tmp_path_factory, request):
     for mutation in mu.MUTATIONS:
         found += mu.tasks(tmp_path_factory.mktemp(mutation.name), mutation)
 
-    def report(task, outcome):
-        show(request.config, [f'{task.label}: '
-                              + mu.describe(outcome, task.label != 'control').strip()])
+    def report(label, outcome):
+        show(request.config, [f'{label}: '
+                              + mu.describe(outcome, label != 'control').strip()])
 
     done = mu.run_all(found, workers, report)
     lines = ['', 'mutation matrix (caught: that check failed on the mutated copy; '

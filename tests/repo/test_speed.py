@@ -15,6 +15,8 @@ BATCH = 256
 N = 1_863_690  # values of the 2 x 1024 MLP
 COMPUTE = 0.080  # seconds per step under no_sync()
 BREAK_EVEN = 2 * N * 4 * 8 / COMPUTE  # bits/s: the allreduce takes the compute time
+WALL = "step / both processes' bytes at 100 Mbit/s"
+EVEN = f'step at the break-even rate, {BREAK_EVEN / 1e6:.0f} Mbit/s'
 
 
 def record(**variants):
@@ -34,9 +36,8 @@ def model(rate, error):
 # Every claim met, with the goals of issue 25 missed: overlap 0.89 at 200 Mbit/s (goal
 # 0.85) and an fp16 step of 0.70 (goal 0.65) are met claims, as the text claims < 1.
 MET = {'overlap': {1000e6: 0.72, 200e6: 0.89}, 'fp16_bytes': 0.50, 'fp16_step': 0.70,
-       'accumulated': 4.0,
-       'errors': {1000e6: 0.10, 400e6: -0.20, 200e6: 0.05, 100e6: 0.0},
-       'break_even': 1.31}
+       'accumulated': 4.0, 'break_even': 1.31,
+       'errors': {1000e6: 0.10, 400e6: -0.20, 200e6: 0.05, 100e6: 0.0}}
 
 
 def fake_runs(**changed):
@@ -57,144 +58,19 @@ def fake_runs(**changed):
         fp16=(ratios['fp16_step'] * step, ratios['fp16_bytes'] * sent, 1024)))
     deep = {rate: record(one_bucket=(3.0, 8 * N, 4096), buckets=(3.0 * r, 8 * N, 4096))
             for rate, r in ratios['overlap'].items()}
-    even = model(BREAK_EVEN, ratios['break_even'] - 1)  # measured / predicted
-    return {'small': small, 'deep': deep,
-            'break_even': {BREAK_EVEN: record(compute=compute,
-                                              one_bucket=(even, sent, 1024))}}
+    even = record(compute=compute, one_bucket=(  # measured / predicted as given
+        model(BREAK_EVEN, ratios['break_even'] - 1), sent, 1024))
+    return {'small': small, 'deep': deep, 'break_even': {BREAK_EVEN: even}}
 
-
-def table(out):
-    """The table's rows by name: (ratio, target, 'met', 'MISSED' or '' for none)."""
-    rows, lines = {}, out.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith('measure '))
-    for line in lines[start + 1:lines.index('', start)]:  # up to the first blank line
-        if line.startswith('   '):  # not a heading (--) nor the summary
-            name, ratio, rest = line[3:55].strip(), line[55:63], line[65:]
-            rows[name] = (float(ratio), rest[:16].strip(), rest[16:].strip())
-    return rows
-
-
-def run_wire(monkeypatch, capsys, runs, argv=()):
-    """main(argv) on made-up records: (its exit status, what it printed)."""
-    monkeypatch.setattr(dp, 'throttle_problem', lambda: None)
-    monkeypatch.setattr(dp, 'read_fashion_mnist', lambda train: None)
-    monkeypatch.setattr(wire_benchmark, 'run_jobs', lambda steps: runs)
-    status = wire_benchmark.main(list(argv))
-    return status, capsys.readouterr().out
-
-
-def test_wire_a_bad_flag_is_refused_in_one_line(capsys):
-    with pytest.raises(SystemExit) as stop:
-        wire_benchmark.main(['--steps', '0', '--check'])
-    out, err = capsys.readouterr()
-    assert stop.value.code == 2 and out == '' and 'Traceback' not in err
-    assert err.strip().splitlines()[-1] == (
-        'wire_benchmark.py: error: argument --steps: 0 is too small: use at least 1')
-
-
-@pytest.mark.parametrize('argv', [[], ['--check']])
-def test_wire_without_a_throttled_wire_says_why_in_one_line(capsys, monkeypatch,
-                                                            argv):
-    monkeypatch.setattr(dp, 'throttle_problem', lambda: 'tc not found: ...')
-    monkeypatch.setattr(wire_benchmark, 'run_jobs', lambda steps: pytest.fail('a job'))
-    assert wire_benchmark.main(argv) == 2  # under --check a failure too, in one line
-    out, err = capsys.readouterr()
-    assert out == '' and err == (
-        'wire_benchmark: no throttled wire on this machine: tc not found: ...\n')
-
-
-def test_wire_table_marks_each_claim_and_prints_each_goal(capsys, monkeypatch):
-    status, out = run_wire(monkeypatch, capsys, fake_runs(), ['--check'])
-    assert status == 0  # every claim met; the goals missed are printed, not checked
-    rows = table(out)
-    assert rows['buckets of 4 MB, 1000 Mbit/s'] == (0.72, '< 1', 'met')
-    assert rows['buckets of 4 MB, 200 Mbit/s'] == (0.89, '< 1 (goal 0.85)', 'met')
-    assert rows['bytes per step'] == (0.50, '0.45-0.55', 'met')
-    assert rows['step time'] == (0.70, '< 1 (goal 0.65)', 'met')
-    assert rows['bytes per example: one bucket / accumulated'] == (
-        4.00, '4 +-5 %', 'met')
-    for rate, error in (('1000', 0.10), ('400', -0.20), ('200', 0.05), ('100', 0.0)):
-        assert rows[f'error at {rate} Mbit/s'] == (error, 'within +-0.25', 'met')
-    # the step at 100 Mbit/s: compute + the bytes' time, over the bytes' time
-    wall = round(1 + COMPUTE / (2 * 4 * N * 8 / 100e6), 2)
-    assert rows["step / both processes' bytes at 100 Mbit/s"] == (wall, '> 0.9', 'met')
-    assert rows[f'step at the break-even rate, {BREAK_EVEN / 1e6:.0f} Mbit/s'] == (
-        1.31, '0.75-1.6', 'met')
-    assert '11 of 11 claims met' in out.splitlines() and 'MISSED' not in out
-    assert max(map(len, out[out.index('measure '):].splitlines())) <= 88
-
-
-# One claim missed at a time, and the line that must name it
-WIRE_MISSES = [
-    ({'overlap': {1000e6: 1.0}}, 'Overlap: buckets of 4 MB, 1000 Mbit/s'),
-    ({'overlap': {200e6: 1.02}}, 'Overlap: buckets of 4 MB, 200 Mbit/s'),
-    ({'fp16_bytes': 0.6}, 'fp16 hook: bytes per step'),
-    ({'fp16_step': 1.05}, 'fp16 hook: step time'),
-    ({'accumulated': 3.7}, 'Accumulation of 4 micro-batches of 1024: '
-                           'bytes per example: one bucket / accumulated'),
-    ({'errors': {400e6: 0.30}}, 'Cost model: error at 400 Mbit/s'),
-    ({'errors': {1000e6: -0.26}}, 'Cost model: error at 1000 Mbit/s'),
-    # 0.8 x the prediction at 100 Mbit/s: within the model's 25 %, not paced by the wire
-    ({'errors': {100e6: -0.20}},
-     "The wall: step / both processes' bytes at 100 Mbit/s"),
-    ({'break_even': 1.7},
-     f'Exercise 1: step at the break-even rate, {BREAK_EVEN / 1e6:.0f} Mbit/s'),
-    ({'break_even': 0.7},
-     f'Exercise 1: step at the break-even rate, {BREAK_EVEN / 1e6:.0f} Mbit/s'),
-]
-
-
-@pytest.mark.parametrize('changed, missed', WIRE_MISSES)
-def test_wire_check_fails_on_a_missed_claim_and_names_it_last(capsys, monkeypatch,
-                                                              changed, missed):
-    status, out = run_wire(monkeypatch, capsys, fake_runs(**changed),
-                           ['--check'])
-    lines = out.splitlines()
-    assert status == 1 and lines[-1] == f'MISSED: {missed}'  # the log's last line
-    assert '10 of 11 claims met' in lines
-    assert sum(line.endswith(' MISSED') for line in lines) == 1  # in the table too
-
-
-def test_without_check_a_missed_claim_is_printed_and_exits_0(capsys,
-                                                             monkeypatch):
-    runs = fake_runs(fp16_step=1.05, errors={100e6: 0.40})
-    status, out = run_wire(monkeypatch, capsys, runs)
-    assert status == 0
-    assert out.splitlines()[-2:] == ['MISSED: fp16 hook: step time',
-                                     'MISSED: Cost model: error at 100 Mbit/s']
-
-
-def test_wire_break_even_rate_is_where_the_allreduce_takes_the_compute_time():
-    small = {rate: record(compute=(seconds, 0.0, 1024)) for rate, seconds in
-             ((None, 0.05), (1000e6, 0.30), (400e6, COMPUTE), (200e6, 0.07),
-              (100e6, 0.09))}
-    rate = wire_benchmark.break_even_rate(small)  # from the median compute, 0.080 s
-    assert rate == pytest.approx(BREAK_EVEN)
-    assert dp.step_seconds(COMPUTE, N, 2, rate / 8 / 2) == pytest.approx(2 * COMPUTE)
-
-
-@pytest.mark.skipif(not shutil.which('make'), reason='needs make')
-@pytest.mark.parametrize('target, flags', [('benchmark', ''), ('speed', ' --check')])
-def test_make_runs_both_benchmarks(tmp_path, make_env, target, flags):
-    venv = tmp_path / 'venv'  # a venv path that does not exist: -n only prints
-    out = subprocess.run(['make', '-n', '--no-print-directory', target,
-                          f'VENV={venv}'], cwd=ROOT, env=make_env, capture_output=True,
-                         text=True, timeout=60).stdout
-    python = f'{venv}/bin/python -m tools'
-    assert out.splitlines()[-2:] == [f'{python}.benchmark{flags}',
-                                     f'{python}.wire_benchmark{flags}']
-
-
-# --- tools/benchmark.py ---------------------------------------------------------------
 
 # Every claim met, with the goals missed: loader 8 (goal >= 10), improved loop 1.10 x
 # the threaded passes (goal <= 1.05) and 0.80 x DDP's throughput (goal >= 0.90).
 BENCH_MET = {'ddp': 1.8, 'threads': 1.9, 'loop': 1.0, 'ring': {2: 1.0, 4: 0.9},
-       'errors': {2: -0.10, 4: -0.30}, 'backend': 'gloo'}
+             'errors': {2: -0.10, 4: -0.30}, 'backend': 'gloo'}
 
 
 def fake_measurements(**changed):
-    """(times, DDP runs, allreduces) with MET's ratios but the ones changed."""
+    """(times, DDP runs, allreduces) with BENCH_MET's ratios but the ones changed."""
     ratios = {key: {**value, **changed.get(key, {})} if isinstance(value, dict)
               else changed.get(key, value) for key, value in BENCH_MET.items()}
     t = {'per-image loader, one epoch': 2.0, 'our loader, one epoch': 0.25,
@@ -221,62 +97,140 @@ def fake_measurements(**changed):
     return t, ddp, rings
 
 
-def run_benchmark(monkeypatch, capsys, argv=('--check',), one_core_each=True,
-                  **changed):
-    """main(argv) on made-up measurements: (its exit status, what it printed)."""
-    measured = fake_measurements(**changed)
-    monkeypatch.setattr(benchmark, 'measure', lambda args: measured)
-    monkeypatch.setattr(benchmark, 'one_core_each', lambda: one_core_each)
-    status = benchmark.main(list(argv))
-    return status, capsys.readouterr().out
+def table(out):
+    """The table's rows by name: (ratio, target, 'met', 'MISSED' or '' for none)."""
+    rows, lines = {}, out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith('measure '))
+    for line in lines[start + 1:lines.index('', start)]:  # up to the first blank line
+        if line.startswith('   '):  # not a heading (--) nor the summary
+            name, ratio, rest = line[3:55].strip(), line[55:63], line[65:]
+            rows[name] = (float(ratio), rest[:16].strip(), rest[16:].strip())
+    return rows
 
 
-def test_benchmark_table_marks_each_claim_and_prints_each_goal(capsys, monkeypatch):
-    status, out = run_benchmark(monkeypatch, capsys)
+@pytest.fixture
+def run(monkeypatch, capsys):
+    """tool.main(argv) on made-up measurements: (its exit status, what it printed)."""
+    def run_tool(tool, argv=('--check',), one_core_each=True, **changed):
+        monkeypatch.setattr(dp, 'throttle_problem', lambda: None)
+        monkeypatch.setattr(dp, 'read_fashion_mnist', lambda train: None)
+        monkeypatch.setattr(wire_benchmark, 'run_jobs', lambda _: fake_runs(**changed))
+        monkeypatch.setattr(benchmark, 'measure',
+                            lambda _: fake_measurements(**changed))
+        monkeypatch.setattr(benchmark, 'one_core_each', lambda: one_core_each)
+        return tool.main(list(argv)), capsys.readouterr().out
+    return run_tool
+
+
+def test_wire_a_bad_flag_is_refused_in_one_line(capsys):
+    with pytest.raises(SystemExit) as stop:
+        wire_benchmark.main(['--steps', '0', '--check'])
+    out, err = capsys.readouterr()
+    assert stop.value.code == 2 and out == '' and 'Traceback' not in err
+    assert err.strip().splitlines()[-1] == (
+        'wire_benchmark.py: error: argument --steps: 0 is too small: use at least 1')
+
+
+@pytest.mark.parametrize('argv', [[], ['--check']])
+def test_wire_without_a_throttled_wire_says_why_in_one_line(capsys, monkeypatch,
+                                                            argv):
+    monkeypatch.setattr(dp, 'throttle_problem', lambda: 'tc not found: ...')
+    monkeypatch.setattr(wire_benchmark, 'run_jobs', lambda steps: pytest.fail('a job'))
+    assert wire_benchmark.main(argv) == 2  # under --check a failure too, in one line
+    out, err = capsys.readouterr()
+    assert out == '' and err == (
+        'wire_benchmark: no throttled wire on this machine: tc not found: ...\n')
+
+
+# The rows of each table with every claim met: (ratio, target, 'met' or '' for a goal)
+ROWS = {wire_benchmark: {
+    'buckets of 4 MB, 1000 Mbit/s': (0.72, '< 1', 'met'),
+    'buckets of 4 MB, 200 Mbit/s': (0.89, '< 1 (goal 0.85)', 'met'),
+    'bytes per step': (0.50, '0.45-0.55', 'met'),
+    'step time': (0.70, '< 1 (goal 0.65)', 'met'),
+    'bytes per example: one bucket / accumulated': (4.00, '4 +-5 %', 'met'),
+    **{f'error at {rate / 1e6:.0f} Mbit/s': (error, 'within +-0.25', 'met')
+       for rate, error in MET['errors'].items()},
+    # the step at 100 Mbit/s: compute + the bytes' time, over the bytes' time
+    WALL: (round(1 + COMPUTE / (2 * 4 * N * 8 / 100e6), 2), '> 0.9', 'met'),
+    EVEN: (1.31, '0.75-1.6', 'met'),
+}, benchmark: {
+    'our loader: epoch time of per-image / ours': (8.0, '(goal >= 10)', ''),
+    'DDP (gloo, processes)': (1.8, '>= 1.4', 'met'),
+    'improved from-scratch loop (threads)': (1.9, '>= 1.4', 'met'),
+    "article's loop (one device after the other)": (1.0, '< 1.3', 'met'),
+    'improved loop / threaded passes': (1.1, '(goal <= 1.05)', ''),
+    'improved loop: throughput / DDP (gloo, 2 processes)': (0.8, '(goal >= 0.90)', ''),
+    'ring from scratch, k = 2': (1.0, '> 0.25', 'met'),
+    'ring from scratch, k = 4': (0.9, '> 0.25', 'met'),
+    'error at k = 2': (-0.1, 'within +-0.5', 'met'),
+    'error at k = 4': (-0.3, 'within +-0.5', 'met'),
+}}
+CLAIMS = {wire_benchmark: 11, benchmark: 7}
+
+
+@pytest.mark.parametrize('tool', ROWS)
+def test_table_marks_each_claim_and_prints_each_goal(run, tool):
+    status, out = run(tool)
     assert status == 0  # every claim met; the goals missed are printed, not checked
-    rows = table(out)
-    assert rows['our loader: epoch time of per-image / ours'] == (8.0, '(goal >= 10)',
-                                                                  '')
-    assert rows['DDP (gloo, processes)'] == (1.8, '>= 1.4', 'met')
-    assert rows['improved from-scratch loop (threads)'] == (1.9, '>= 1.4', 'met')
-    assert rows["article's loop (one device after the other)"] == (1.0, '< 1.3', 'met')
-    assert rows['improved loop / threaded passes'] == (1.1, '(goal <= 1.05)', '')
-    assert rows['improved loop: throughput / DDP (gloo, 2 processes)'] == (
-        0.8, '(goal >= 0.90)', '')
-    assert rows['ring from scratch, k = 2'] == (1.0, '> 0.25', 'met')
-    assert rows['ring from scratch, k = 4'] == (0.9, '> 0.25', 'met')
-    assert rows['error at k = 2'] == (-0.1, 'within +-0.5', 'met')
-    assert rows['error at k = 4'] == (-0.3, 'within +-0.5', 'met')
-    assert '7 of 7 claims met' in out.splitlines() and 'MISSED' not in out
+    rows, lines, claims = table(out), out.splitlines(), CLAIMS[tool]
+    assert {name: rows[name] for name in ROWS[tool]} == ROWS[tool]
+    assert f'{claims} of {claims} claims met' in lines and 'MISSED' not in out
     assert max(map(len, out[out.index('measure '):].splitlines())) <= 88
 
 
 # One claim missed at a time, and the line that must name it
-BENCH_MISSES = [
+MISSES = [(wire_benchmark, changed, missed) for changed, missed in [
+    ({'overlap': {1000e6: 1.0}}, 'Overlap: buckets of 4 MB, 1000 Mbit/s'),
+    ({'overlap': {200e6: 1.02}}, 'Overlap: buckets of 4 MB, 200 Mbit/s'),
+    ({'fp16_bytes': 0.6}, 'fp16 hook: bytes per step'),
+    ({'fp16_step': 1.05}, 'fp16 hook: step time'),
+    ({'accumulated': 3.7}, 'Accumulation of 4 micro-batches of 1024: '
+                           'bytes per example: one bucket / accumulated'),
+    ({'errors': {400e6: 0.30}}, 'Cost model: error at 400 Mbit/s'),
+    ({'errors': {1000e6: -0.26}}, 'Cost model: error at 1000 Mbit/s'),
+    # 0.8 x the prediction at 100 Mbit/s: within the model's 25 %, not paced by the wire
+    ({'errors': {100e6: -0.20}}, f'The wall: {WALL}'),
+    ({'break_even': 1.7}, f'Exercise 1: {EVEN}'),
+    ({'break_even': 0.7}, f'Exercise 1: {EVEN}'),
+]] + [(benchmark, changed, missed) for changed, missed in [
     ({'ddp': 1.3}, 'Scaling: DDP (gloo, processes)'),
     ({'threads': 1.35}, 'Scaling: improved from-scratch loop (threads)'),
     ({'loop': 1.3}, "Scaling: article's loop (one device after the other)"),
     ({'ring': {4: 0.2}}, 'Allreduce of 25 MB: ring from scratch, k = 4'),
     ({'errors': {2: 0.6}}, 'Cost model: error at k = 2'),
     ({'errors': {4: -0.55}}, 'Cost model: error at k = 4'),
-]
+]]
 
 
-@pytest.mark.parametrize('changed, missed', BENCH_MISSES)
-def test_benchmark_check_fails_on_a_missed_claim_and_names_it_last(capsys, monkeypatch,
-                                                                   changed, missed):
-    status, out = run_benchmark(monkeypatch, capsys, **changed)
-    lines = out.splitlines()
+@pytest.mark.parametrize('tool, changed, missed', MISSES)
+def test_check_fails_on_a_missed_claim_and_names_it_last(run, tool, changed, missed):
+    status, out = run(tool, **changed)
+    lines, claims = out.splitlines(), CLAIMS[tool]
     assert status == 1 and lines[-1] == f'MISSED: {missed}'  # the log's last line
-    assert '6 of 7 claims met' in lines
+    assert f'{claims - 1} of {claims} claims met' in lines
     assert sum(line.endswith(' MISSED') for line in lines) == 1  # in the table too
 
 
-def test_speedups_are_not_claimed_without_a_cpu_core_per_device(capsys,
-                                                                monkeypatch):
+def test_without_check_a_missed_claim_is_printed_and_exits_0(run):
+    status, out = run(wire_benchmark, (), fp16_step=1.05, errors={100e6: 0.40})
+    assert status == 0
+    assert out.splitlines()[-2:] == ['MISSED: fp16 hook: step time',
+                                     'MISSED: Cost model: error at 100 Mbit/s']
+
+
+def test_wire_break_even_rate_is_where_the_allreduce_takes_the_compute_time():
+    small = {rate: record(compute=(seconds, 0.0, 1024)) for rate, seconds in
+             ((None, 0.05), (1000e6, 0.30), (400e6, COMPUTE), (200e6, 0.07),
+              (100e6, 0.09))}
+    rate = wire_benchmark.break_even_rate(small)  # from the median compute, 0.080 s
+    assert rate == pytest.approx(BREAK_EVEN)
+    assert dp.step_seconds(COMPUTE, N, 2, rate / 8 / 2) == pytest.approx(2 * COMPUTE)
+
+
+def test_speedups_are_not_claimed_without_a_cpu_core_per_device(run):
     # on GPUs, or with fewer cores than devices, the chapters claim no speed-up
-    status, out = run_benchmark(monkeypatch, capsys, one_core_each=False,
-                           ddp=1.0, threads=1.0, loop=1.9)
+    status, out = run(benchmark, one_core_each=False, ddp=1.0, threads=1.0, loop=1.9)
     rows = table(out)
     assert status == 0 and '4 of 4 claims met' in out.splitlines()
     for name, ratio in (('DDP (gloo, processes)', 1.0),
@@ -285,11 +239,23 @@ def test_speedups_are_not_claimed_without_a_cpu_core_per_device(capsys,
         assert rows[name] == (ratio, '(CPU cores only)', '')
 
 
-def test_nccls_ring_is_held_to_its_own_floor(capsys, monkeypatch):
+def test_nccls_ring_is_held_to_its_own_floor(run):
     # launch-bound on GPUs: 0.05, where gloo's bandwidth-bound ring is held to 0.25
-    status, out = run_benchmark(monkeypatch, capsys, one_core_each=False,
-                           backend='nccl', ring={2: 0.1, 4: 0.04})
+    status, out = run(benchmark, one_core_each=False, backend='nccl',
+                      ring={2: 0.1, 4: 0.04})
     rows = table(out)
     assert rows['ring from scratch, k = 2'] == (0.1, '> 0.05', 'met')
     assert rows['ring from scratch, k = 4'] == (0.04, '> 0.05', 'MISSED')
     assert status == 1
+
+
+@pytest.mark.skipif(not shutil.which('make'), reason='needs make')
+@pytest.mark.parametrize('target, flags', [('benchmark', ''), ('speed', ' --check')])
+def test_make_runs_both_benchmarks(tmp_path, make_env, target, flags):
+    venv = tmp_path / 'venv'  # a venv path that does not exist: -n only prints
+    out = subprocess.run(['make', '-n', '--no-print-directory', target,
+                          f'VENV={venv}'], cwd=ROOT, env=make_env, capture_output=True,
+                         text=True, timeout=60).stdout
+    python = f'{venv}/bin/python -m tools'
+    assert out.splitlines()[-2:] == [f'{python}.benchmark{flags}',
+                                     f'{python}.wire_benchmark{flags}']
