@@ -88,3 +88,21 @@ def test_setup_installs_chromium_with_one_apt_get_when_both_files_are_missing(
     assert plan.returncode == 0, plan.stderr
     assert plan.stdout.count('apt-get install') == 1, plan.stdout
     assert plan.stdout.count('apt-get update') == 1, plan.stdout
+
+
+@pytest.mark.parametrize('target', ['test', 'nbval'])
+def test_every_chapter_runs_once_and_chapter_7_after_chapter_6(target, make_env):
+    """Chapter 7 reads the runs chapter 6 stores: beside it, it would train both again."""
+    plan = subprocess.run(['make', '-n', '--no-print-directory', target, 'JOBS=2'],
+                          cwd=ROOT, env=make_env, capture_output=True, text=True,
+                          timeout=60)
+    assert plan.returncode == 0, plan.stderr
+    lines = plan.stdout.replace('\\\n', ' ').splitlines()  # join continued lines
+    runs = [line.split() for line in lines if ' pytest ' in line]
+    named = [word for run in runs for word in run if word.startswith('book/')]
+    chapters = sorted(f'book/{p.name}' for p in (ROOT / 'book').glob('[0-9][0-9]_*.ipynb'))
+    assert sorted(named) == chapters, plan.stdout
+    first = next(i for i, run in enumerate(runs) if 'book/06_training.ipynb' in run)
+    last, = [i for i, run in enumerate(runs)
+             if 'book/07_distributed_data_parallel.ipynb' in run]
+    assert last > first and '-n' not in runs[last], plan.stdout  # after it, alone
