@@ -6,12 +6,14 @@ chapter writes from point-to-point messages live in ``collectives``, beside the
 sharding chapter's reduce-scatter and all-gather.
 """
 import statistics
+import threading
 import time
+from unittest import mock
 
 import torch
 
 from .devices import synchronize
-from .scratch import lenet, loss, split_batch, allreduce
+from .scratch import allreduce, init_lenet_params, lenet, loss, split_batch
 
 
 def median_seconds(fns, devices, repeats=3):
@@ -87,6 +89,22 @@ def passes(batches, replicas, pool=None):
             list(pool.map(forward_backward, X_shards, y_shards, replicas))
         for replica in replicas:
             replica.grad.zero_()
+
+
+def pass_spans(batches, devices, pool=None):
+    """(thread, start, end) of each device's pass in train_batch_flat, step by step."""
+    spans, plain = [], forward_backward
+
+    def timed(X_shard, y_shard, replica):
+        start = time.perf_counter()
+        plain(X_shard, y_shard, replica)
+        spans.append((threading.get_ident(), start, time.perf_counter()))
+    replicas = [FlatParams(init_lenet_params(), device) for device in devices]
+    with mock.patch(f'{__name__}.forward_backward', timed):  # what train_batch_flat calls
+        for X, y in batches:
+            train_batch_flat(X, y, replicas, devices, 0.2, pool)
+    k = len(devices)
+    return [spans[i:i + k] for i in range(0, len(spans), k)]
 
 
 def allreduce_seconds(num_values, k, bytes_per_second, bytes_per_value=4):

@@ -48,23 +48,15 @@ def test_flat_trainer_matches_train_batch(k, threads, monkeypatch):
     assert moved > 1e-3  # the parameters did change
 
 
-def test_with_a_pool_the_devices_passes_run_at_the_same_time(monkeypatch):
+def test_with_a_pool_the_devices_passes_run_at_the_same_time():
     """Structure, not speed: each device's pass on a thread of its own, at once."""
-    spans, forward_backward = [], performance.forward_backward
-
-    def timed(*args):
-        start = time.perf_counter()
-        forward_backward(*args)
-        spans.append((threading.get_ident(), start, time.perf_counter()))
-    monkeypatch.setattr(performance, 'forward_backward', timed)
     devices = dp.get_devices(2, verbose=False)
-    replicas = [dp.FlatParams(dp.init_lenet_params(), d) for d in devices]
     with ThreadPoolExecutor(2) as pool:
-        for step in range(8):
-            dp.train_batch_flat(*batch(seed=step), replicas, devices, 0.5, pool)
-    steps = [spans[i:i + 2] for i in range(0, len(spans), 2)]
-    assert threading.get_ident() not in {thread for thread, _, _ in spans}
+        steps = performance.pass_spans([batch(seed=seed) for seed in range(8)], devices, pool)
+    assert threading.get_ident() not in {thread for step in steps for thread, _, _ in step}
     assert any(max(a[1], b[1]) < min(a[2], b[2]) for a, b in steps), steps
+    serial = performance.pass_spans([batch(seed=seed) for seed in range(8)], devices)
+    assert not any(max(a[1], b[1]) < min(a[2], b[2]) for a, b in serial), serial
 
 
 def test_flat_params_are_views_of_a_copy():
