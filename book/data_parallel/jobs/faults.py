@@ -4,8 +4,9 @@
         -m data_parallel.jobs.faults --fail-in-epoch 2 --epochs 3 \\
         --snapshot snapshots/lenet.pt
 
-On the first attempt only, the last rank kills itself with SIGKILL (as abruptly as a
-lost machine) halfway through the given epoch; every other argument goes to train_ddp.
+On the first attempt only, the last rank kills itself with SIGKILL halfway through the
+given epoch (a crash, with no chance to clean up; a machine that loses power also loses
+its unwritten files); every other argument goes to train_ddp.
 The failure is injected from outside the training loop: this module wraps the data
 loader that train_ddp builds, so the taught code holds no switch for it.
 """

@@ -201,7 +201,7 @@ def train_with_snapshots(step, batches, module, optimizer, args):
     dies = devices.restart_count() == 0 and dist.get_rank() == dist.get_world_size() - 1
     for i in range(start, args.steps):
         if dies and args.fail_at_step == i + 1:
-            os.kill(os.getpid(), signal.SIGKILL)  # as abruptly as a lost machine
+            os.kill(os.getpid(), signal.SIGKILL)  # a crash: no chance to clean up
         step(*batches[i])
         if (i + 1) % args.save_every == 0 or i + 1 == args.steps:
             if dist.get_rank() == 0:  # before .metadata makes the snapshot count

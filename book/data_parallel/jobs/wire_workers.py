@@ -47,7 +47,7 @@ def build(variant, args, device):
     bucket_mb = args.bucket_mb if variant == 'buckets' else ONE_BUCKET_MB
     ddp = nn.parallel.DistributedDataParallel(
         model, device_ids=devices.ddp_device_ids(device), bucket_cap_mb=bucket_mb)
-    if variant == 'fp16':  # gradients cast to 16 bits, summed, cast back
+    if variant == 'fp16':  # divided by k, cast to 16 bits, summed: the mean
         ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
     if variant == 'powersgd':  # low-rank factors P, Q of each matrix, error fed back
         state = powerSGD_hook.PowerSGDState(
