@@ -57,3 +57,7 @@ def check_arguments(module, module_args):
     except SystemExit as stop:
         if stop.code:  # argparse prints usage, then "prog: error: ..." last
             raise JobArgumentError(said.getvalue().strip().splitlines()[-1]) from None
+        # --help (or -h) prints usage and exits 0: in a job every rank would print it
+        raise JobArgumentError(f'{module} {" ".join(map(str, module_args))}: --help is '
+                               'not a job: run `python -m '
+                               f'{module} --help` to read the usage.') from None

@@ -242,6 +242,10 @@ def launch(*commands, env=None, timeout=900, echo=False, bandwidth=None):
     if os.name != 'posix':  # os.killpg, SIGKILL, setsid and select() on pipes
         raise RuntimeError('launch runs jobs on Linux and macOS only: on Windows, run '
                            'the chapters in WSL (Windows Subsystem for Linux)')
+    if bandwidth is not None and len(commands) > 1:  # each in a namespace of its own
+        raise ValueError(f'bandwidth with {len(commands)} commands: each would get a '
+                         'private loopback of its own and they could never meet; '
+                         'throttle one command (its torchrun starts every process).')
     problem = bandwidth is not None and network.throttle_problem()
     if problem:
         raise RuntimeError(f'bandwidth={bandwidth:g} cannot be set on this machine: '

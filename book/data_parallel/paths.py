@@ -19,7 +19,8 @@ def work_dir():
 
 def data_root():
     """The data folder: $MULTIGPU_DATA if set, else data/ in the work folder."""
-    return Path(os.environ.get(DATA_ENV) or work_dir() / 'data')
+    # absolute: a notebook's kernel runs in book/, the jobs it starts in the work folder
+    return Path(os.environ.get(DATA_ENV) or work_dir() / 'data').absolute()
 
 
 def results_dir():

@@ -107,3 +107,24 @@ def test_missing_data_offline_says_where_to_put_it(tmp_path, monkeypatch):
         'failed (<urlopen error [Errno 111] Connection refused>). Set MULTIGPU_DATA '
         'to a folder that holds FashionMNIST/raw/, or run once with internet access.')
     assert list(tmp_path.iterdir()) == []
+
+
+def test_help_is_not_a_job(capsys):
+    """--help exits 0 in parse_args: as a job, every rank would print the usage."""
+    with pytest.raises(launch.JobArgumentError, match='--help is not a job: run '
+                       '`python -m data_parallel.train_ddp --help`'):
+        launch.torchrun_command(['--help'], world_size=2)
+    assert capsys.readouterr() == ('', '')
+
+
+def test_bandwidth_throttles_one_command_only():
+    """Each command would get a loopback of its own: two 'nodes' could never meet."""
+    with pytest.raises(ValueError, match='^bandwidth with 2 commands: '):
+        launch.launch(['true'], ['true'], bandwidth=100e6)
+
+
+def test_a_relative_data_folder_is_made_absolute(monkeypatch, tmp_path):
+    """A kernel runs in book/, its jobs in the work folder: one folder for both."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(dp.DATA_ENV, 'data')
+    assert dp.data_root() == tmp_path / 'data'
