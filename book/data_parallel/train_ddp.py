@@ -36,15 +36,14 @@ CUDA_VISIBLE_DEVICES= for both, to run on the CPU with gloo); ADDR=127.0.0.1, IF
 
 With --snapshot, rank 0 saves model, optimiser and epoch after every epoch (as CPU
 tensors, atomically and flushed to the disk, the previous snapshot kept as FILE.prev); a
-restarted job resumes from it, or from FILE.prev when FILE is damaged. torchrun restarts
-the whole worker group when a worker dies, up to --max-restarts times.
+restarted job resumes from it, or from FILE.prev when FILE is damaged, and only with the
+flags it was taken with (``data_parallel.snapshot``). torchrun restarts the whole worker
+group when a worker dies, up to --max-restarts times.
 """
 import argparse
 import os
 import sys
 import time
-import zipfile
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -53,7 +52,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import BatchSampler, DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from . import data, devices, files
+from . import data, devices, snapshot
 from .cli import at_least, positive_float
 from .models import build_model
 from .results import print_result
@@ -91,79 +90,6 @@ def evaluate(model, X, y, batch_size=1024):
     return correct.item() / len(X)  # the only wait for the device
 
 
-# --- Snapshots -----------------------------------------------------------------------
-
-def _to_cpu(obj):
-    """obj with every tensor in it (in dicts, lists, tuples) moved to the CPU."""
-    if isinstance(obj, torch.Tensor):
-        return obj.cpu()
-    if isinstance(obj, dict):
-        return {key: _to_cpu(value) for key, value in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_to_cpu(value) for value in obj)
-    return obj
-
-
-def save_snapshot(path, model, optimizer, epoch, history):
-    """Write model, optimiser, epochs and history as CPU tensors, crash-safely."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    snapshot = {'model': model.state_dict(), 'optimizer': optimizer.state_dict(),
-                'epoch': epoch, **history}
-    snapshot = _to_cpu(snapshot)  # loads on any machine, with or without a GPU
-    tmp = path.with_name(path.name + '.tmp')
-    torch.save(snapshot, tmp)
-    # fsync, then an atomic rename over path; the snapshot it replaces stays as
-    # path.prev, the fallback should the new one ever be found damaged
-    files.commit(tmp, path)
-
-
-def _read_snapshot(path):
-    """(snapshot, None), or (None, one line saying what is wrong with the file)."""
-    advice = 'Move it away, or pass another --snapshot path.'
-    if not zipfile.is_zipfile(path):  # torch.save writes a zip archive
-        return None, f'--snapshot {path} is damaged or not a PyTorch file. {advice}'
-    try:
-        snapshot = torch.load(path, map_location='cpu', weights_only=True)
-    except Exception:  # weights_only refuses arbitrary objects; a cut file fails too
-        return None, (f'--snapshot {path} holds more than tensors and numbers, or is '
-                      f'damaged: it is not a snapshot of this script. {advice}')
-    keys = {'model', 'optimizer', 'epoch'}
-    if not isinstance(snapshot, dict) or not keys <= set(snapshot):
-        return None, f'--snapshot {path} is not a snapshot of this script. {advice}'
-    return snapshot, None
-
-
-def _newest_snapshot(path):
-    """(snapshot, problem): path's, else the one before it (one line says so)."""
-    problem = files.unwritable(path, '--snapshot')  # before training, not after
-    if problem or not path.exists():
-        return None, problem
-    snapshot, problem = _read_snapshot(path)
-    older = files.previous(path)
-    if snapshot is None and older.exists():
-        fallback, _ = _read_snapshot(older)
-        if fallback is not None:
-            files.restore_previous(path)
-            print(f'--snapshot {path} is damaged (kept as {path.name}.damaged): '
-                  f'resuming from {older.name}, the snapshot before it', flush=True)
-            return fallback, None
-    return snapshot, problem
-
-
-def load_snapshot(path):
-    """Rank 0 reads the newest good snapshot (tensors, numbers, lists) and shares it."""
-    snapshot, problem = None, None
-    if dist.get_rank() == 0 and path:
-        snapshot, problem = _newest_snapshot(Path(path))
-    box = [(snapshot, problem)]
-    dist.broadcast_object_list(box, src=0)  # also works when only node 0 has the file
-    snapshot, problem = box[0]
-    if problem:
-        raise SystemExit(problem if dist.get_rank() == 0 else 1)
-    return snapshot
-
-
 # --- Training ----------------------------------------------------------------------
 
 def read_data(num_train, num_test):
@@ -190,12 +116,12 @@ def train(args):
     torch.backends.cudnn.benchmark = device.type == 'cuda' and args.model == 'resnet18'
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     history = {'accuracies': [], 'epoch_seconds': []}
-    snapshot, start_epoch = load_snapshot(args.snapshot), 0
-    if snapshot is not None:
-        model.load_state_dict(snapshot['model'])
-        optimizer.load_state_dict(snapshot['optimizer'])
-        start_epoch = snapshot['epoch']
-        history = {key: snapshot[key] for key in history}
+    state, start_epoch = snapshot.load(args.snapshot, args), 0  # rank 0 reads, shares
+    if state is not None:
+        model.load_state_dict(state['model'])
+        optimizer.load_state_dict(state['optimizer'])
+        start_epoch = state['epoch']
+        history = {key: state[key] for key in history}
         log(f'resumed from the snapshot taken after epoch {start_epoch}')
     ddp_model = DDP(model, device_ids=devices.ddp_device_ids(device))
     loss_fn = nn.CrossEntropyLoss()  # mean over this shard; DDP averages over processes
@@ -216,12 +142,12 @@ def train(args):
             history['accuracies'].append(evaluate(model, X_test, y_test))
             log(f'epoch {epoch + 1}: test accuracy {history["accuracies"][-1]:.3f}, '
                 f'{history["epoch_seconds"][-1]:.1f} s')
-            if args.snapshot:
-                save_snapshot(args.snapshot, model, optimizer, epoch + 1, history)
-    report(args, history, start_epoch, device, len(X))
+        if args.snapshot:  # rank 0 writes it; all stop together if it cannot
+            snapshot.save(args.snapshot, model, optimizer, epoch + 1, history, args)
+    report(args, optimizer, history, start_epoch, device, len(X))
 
 
-def report(args, history, start_epoch, device, num_examples):
+def report(args, optimizer, history, start_epoch, device, num_examples):
     """Rank 0 prints a summary line, then the record as `RESULT <json>`."""
     world_size = dist.get_world_size()
     devices_used = [None] * world_size
@@ -232,7 +158,8 @@ def report(args, history, start_epoch, device, num_examples):
     timed = history['epoch_seconds'][-len(epochs_run):] or history['epoch_seconds']
     seconds = sum(timed) / max(len(timed), 1)  # this job's epochs, not a snapshot's
     record = {'world_size': world_size, 'devices': devices_used,
-              'batch_size': args.batch_size, 'lr': args.lr, 'num_epochs': args.epochs,
+              'batch_size': args.batch_size, 'lr': optimizer.param_groups[0]['lr'],
+              'num_epochs': args.epochs,
               'accuracies': history['accuracies'], 'seconds_per_epoch': seconds,
               'examples_per_second': num_examples / seconds if seconds else None,
               'model': args.model, 'backend': dist.get_backend(),

@@ -3,7 +3,8 @@
 DIE_IN_SAVE=EPOCH picks the save, DIE_AT where it dies: `write` (half of the temporary
 file written) or `rename` (all written and flushed, before the rename over the
 snapshot). Only torchrun's first attempt dies. The hook wraps torch.save and
-files.replace from here, so the taught program holds no switch for it.
+files.replace (which data_parallel.snapshot calls) from here, so the taught program
+holds no switch for it.
 """
 import io
 import os
@@ -39,12 +40,13 @@ def half_a_save(obj, path, *args, **kwargs):
 
 def replace_or_die(src, dst):
     """files.replace; in the chosen save, death just before tmp becomes the snapshot."""
-    if WHERE == 'rename' and str(src).endswith('.pt.tmp'):
+    over_the_snapshot = str(src).endswith('.tmp') and str(dst).endswith('.pt')
+    if WHERE == 'rename' and over_the_snapshot:
         if dies(torch.load(src, weights_only=True)['epoch']):
             os.kill(os.getpid(), signal.SIGKILL)
     return real_replace(src, dst)
 
 
-train_ddp.torch.save = half_a_save  # train_ddp's torch is the torch module
+torch.save = half_a_save  # the module that data_parallel.snapshot calls
 files.replace = replace_or_die
 train_ddp.main(sys.argv[1:])

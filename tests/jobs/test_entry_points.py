@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import data_parallel as dp
-from data_parallel import launch, models, train_ddp
+from data_parallel import launch, models, snapshot, train_ddp
 from data_parallel.jobs import faults
 
 ROOT = dp.repo_root()
@@ -65,7 +65,8 @@ def wrong_keys(path):
 def truncated(path):
     model = models.LeNet()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    train_ddp.save_snapshot(path, model, optimizer, 1, {'accuracies': [], 'epoch_seconds': []})
+    snapshot.write(path, model, optimizer, 1, {'accuracies': [], 'epoch_seconds': []},
+                   train_ddp.parse_args([]))
     data = path.read_bytes()
     path.write_bytes(data[:len(data) // 2])
 
@@ -75,8 +76,10 @@ def test_a_damaged_snapshot_gets_one_line_and_stays_as_it_is(tmp_path, damage):
     path = tmp_path / 'snapshot.pt'
     damage(path)
     before = path.read_bytes()
-    snapshot, problem = train_ddp._read_snapshot(path)
-    assert snapshot is None and str(path) in problem and '\n' not in problem
+    with pytest.raises(snapshot.Damaged) as error:
+        snapshot.read(path)
+    problem = str(error.value)
+    assert str(path) in problem and '\n' not in problem
     assert 'weights_only' not in problem  # no advice to load untrusted pickles
     assert 'Move it away, or pass another --snapshot path.' in problem
     assert path.read_bytes() == before

@@ -1,17 +1,20 @@
 """train_ddp's snapshots under torchrun: rank 0 killed in the middle of a save, a
-damaged newest snapshot, and output paths that cannot be written, found before any
-training. Every job runs on the CPU (gloo), 2 processes, a slice of Fashion-MNIST."""
+damaged newest snapshot, a snapshot of other flags, one in use by another job, and
+output paths that cannot be written, found before any training. Every job runs on the
+CPU (gloo), 2 processes, a slice of Fashion-MNIST."""
+import fcntl
 from pathlib import Path
 
 import pytest
 import torch
 
 import data_parallel as dp
-from data_parallel import launch, models, train_ddp
+from data_parallel import launch, models, snapshot, train_ddp
 
 pytestmark = pytest.mark.slow  # every test here starts torchrun jobs
 CPU_ONLY = {'CUDA_VISIBLE_DEVICES': ''}  # gloo on the CPU, also on a GPU runner
 COMMON = ['--epochs', 3, '--num-train', 512, '--num-test', 200]
+FLAGS = train_ddp.parse_args([str(arg) for arg in COMMON])  # what a snapshot records
 DIE_IN_SAVE = Path(__file__).with_name('die_in_save.py')
 
 
@@ -60,11 +63,11 @@ def test_rank_0_killed_in_a_save_resumes_from_the_last_complete_one(
 
 
 def lenet_snapshot(path, epoch):
-    """A snapshot of the untrained LeNet, as if `epoch` epochs had run."""
+    """A snapshot of the untrained LeNet, as if `epoch` epochs had run with COMMON."""
     model = models.LeNet()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
     history = {'accuracies': [0.1] * epoch, 'epoch_seconds': [1.0] * epoch}
-    train_ddp.save_snapshot(path, model, optimizer, epoch, history)
+    snapshot.write(path, model, optimizer, epoch, history, FLAGS)
 
 
 def test_a_damaged_snapshot_falls_back_to_the_previous_one(tmp_path, fashion_root):
@@ -93,3 +96,40 @@ def test_an_unusable_snapshot_path_stops_the_job_before_training(
     assert says in error
     assert 'epoch 1:' not in error and 'Traceback' not in error.split(says)[0]
     assert list(tmp_path.iterdir()) == []  # nothing made, nothing changed
+
+
+def stopped_with(error, line):
+    """Whether the job stopped before any epoch with line, said once (rank 0 only)."""
+    return (error.count(line) == 1 and 'epoch 1:' not in error
+            and 'Traceback' not in error.split(line)[0])
+
+
+@pytest.mark.parametrize('flag, value, says', [
+    ('--model', 'resnet18', 'was taken with --model lenet (this run: resnet18)'),
+    ('--lr', 0.05, 'was taken with --lr 0.2 (this run: 0.05)'),
+])
+def test_a_snapshot_of_other_flags_stops_the_job_before_training(
+        tmp_path, fashion_root, flag, value, says):
+    """C3: neither a load_state_dict traceback nor a silent resume at the old lr."""
+    path = tmp_path / 'a.pt'
+    lenet_snapshot(path, 1)
+    before = path.read_bytes()
+    error = failure(*COMMON, flag, value, '--snapshot', path)
+    line = (f'--snapshot {path} {says}: pass the same flags to resume, or another '
+            '--snapshot to start afresh.')
+    assert stopped_with(error, line), error
+    assert path.read_bytes() == before
+
+
+def test_a_second_job_on_the_same_snapshot_stops_at_start(tmp_path, fashion_root):
+    """C15: while another job holds path.lock, a job on path trains nothing."""
+    path = tmp_path / 'shared.pt'
+    lenet_snapshot(path, 1)
+    before = path.read_bytes()
+    with open(f'{path}.lock', 'a') as other_job:
+        fcntl.flock(other_job, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        error = failure(*COMMON, '--snapshot', path)
+    line = (f'--snapshot {path} is in use by another job: wait for it to end, or pass '
+            'another --snapshot.')
+    assert stopped_with(error, line), error
+    assert path.read_bytes() == before

@@ -1,13 +1,17 @@
 """train_ddp's snapshot files without torchrun: flushed to the disk before the rename,
 the previous generation kept, a damaged newest replaced by it with one line, and
-output paths that cannot be written named before any work (data_parallel.files)."""
+output paths that cannot be written named before any work (data_parallel.snapshot,
+on data_parallel.files)."""
 import os
+import re
 from pathlib import Path
 
 import pytest
 import torch
 
-from data_parallel import files, models, train_ddp
+from data_parallel import files, models, snapshot, train_ddp
+
+ARGS = train_ddp.parse_args([])  # the flags a snapshot records
 
 
 def save(path, epoch):
@@ -15,7 +19,7 @@ def save(path, epoch):
     model = models.LeNet()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
     history = {'accuracies': [0.5] * epoch, 'epoch_seconds': [1.0] * epoch}
-    train_ddp.save_snapshot(path, model, optimizer, epoch, history)
+    snapshot.write(path, model, optimizer, epoch, history, ARGS)
 
 
 def epoch_of(path):
@@ -26,7 +30,7 @@ def test_the_previous_snapshot_is_kept_as_prev(tmp_path):
     path = tmp_path / 'lenet.pt'
     for epoch in (1, 2, 3):
         save(path, epoch)
-    assert epoch_of(path) == 3 and epoch_of(files.previous(path)) == 2
+    assert epoch_of(path) == 3 and epoch_of(snapshot.previous(path)) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ['lenet.pt', 'lenet.pt.prev']
 
 
@@ -37,7 +41,7 @@ def test_without_hard_links_the_previous_snapshot_is_copied(tmp_path, monkeypatc
     path = tmp_path / 'lenet.pt'
     for epoch in (1, 2):
         save(path, epoch)
-    assert epoch_of(path) == 2 and epoch_of(files.previous(path)) == 1
+    assert epoch_of(path) == 2 and epoch_of(snapshot.previous(path)) == 1
 
 
 def test_a_fresh_start_drops_an_earlier_runs_prev(tmp_path):
@@ -45,9 +49,9 @@ def test_a_fresh_start_drops_an_earlier_runs_prev(tmp_path):
     save(path, 7)
     save(path, 8)
     path.unlink()  # the reader starts afresh
-    assert train_ddp._newest_snapshot(path) == (None, None)  # prev is no fallback
+    assert snapshot.newest(path, ARGS) is None  # prev is no fallback
     save(path, 1)
-    assert not files.previous(path).exists()
+    assert not snapshot.previous(path).exists()
 
 
 def test_file_and_folder_are_flushed_before_and_after_the_rename(tmp_path, monkeypatch):
@@ -65,8 +69,10 @@ def test_file_and_folder_are_flushed_before_and_after_the_rename(tmp_path, monke
     monkeypatch.setattr(os, 'fsync', fsync)
     monkeypatch.setattr(os, 'replace', replace)
     save(tmp_path / 'lenet.pt', 1)
-    assert events == [('fsync', 'lenet.pt.tmp'),
-                      ('replace', 'lenet.pt.tmp', 'lenet.pt'), ('fsync', tmp_path.name)]
+    events = [tuple(re.sub(r'\.\w+\.tmp$', '.TMP', name) for name in event)
+              for event in events]  # each save's own temporary name
+    assert events == [('fsync', 'lenet.pt.TMP'),
+                      ('replace', 'lenet.pt.TMP', 'lenet.pt'), ('fsync', tmp_path.name)]
 
 
 def test_a_damaged_newest_snapshot_gives_way_to_the_previous_one(tmp_path, capsys):
@@ -74,15 +80,14 @@ def test_a_damaged_newest_snapshot_gives_way_to_the_previous_one(tmp_path, capsy
     save(path, 1)
     save(path, 2)
     path.write_bytes(b'cut short')
-    snapshot, problem = train_ddp._newest_snapshot(path)
-    assert problem is None and snapshot['epoch'] == 1
+    assert snapshot.newest(path, ARGS)['epoch'] == 1
     assert capsys.readouterr().out == (
         f'--snapshot {path} is damaged (kept as lenet.pt.damaged): resuming from '
         'lenet.pt.prev, the snapshot before it\n')
     assert (tmp_path / 'lenet.pt.damaged').read_bytes() == b'cut short'
     assert epoch_of(path) == 1  # the next save keeps this one as prev
     save(path, 2)
-    assert epoch_of(files.previous(path)) == 1
+    assert epoch_of(snapshot.previous(path)) == 1
 
 
 def test_with_no_good_previous_snapshot_the_job_stops_with_one_line(tmp_path):
@@ -90,9 +95,10 @@ def test_with_no_good_previous_snapshot_the_job_stops_with_one_line(tmp_path):
     save(path, 1)
     save(path, 2)
     path.write_bytes(b'cut short')
-    files.previous(path).write_bytes(b'also cut')
-    snapshot, problem = train_ddp._newest_snapshot(path)
-    assert snapshot is None and problem.startswith(f'--snapshot {path} is damaged')
+    snapshot.previous(path).write_bytes(b'also cut')
+    with pytest.raises(snapshot.Damaged) as error:
+        snapshot.newest(path, ARGS)
+    assert str(error.value).startswith(f'--snapshot {path} is damaged')
     assert path.read_bytes() == b'cut short'  # nothing moved or changed
 
 
@@ -103,8 +109,10 @@ def test_with_no_good_previous_snapshot_the_job_stops_with_one_line(tmp_path):
 ])
 def test_an_unusable_path_gets_one_line_and_nothing_is_made(tmp_path, path, says):
     path, says = path.format(tmp=tmp_path), says.format(tmp=tmp_path)
-    snapshot, problem = train_ddp._newest_snapshot(Path(path))
-    assert snapshot is None and problem.startswith(says) and '\n' not in problem
+    with pytest.raises(snapshot.SnapshotError) as error:
+        snapshot.newest(Path(path), ARGS)
+    problem = str(error.value)
+    assert problem.startswith(says) and '\n' not in problem
     assert list(tmp_path.iterdir()) == []
 
 

@@ -2,16 +2,17 @@
 
 Without a GPU, "a tensor on the GPU" is simulated by OnDevice: a tensor subclass whose
 ``.cpu()`` returns a plain tensor, as ``.cpu()`` on a cuda tensor returns a new CPU one.
-If save_snapshot skipped that mapping, the file would hold OnDevice objects, which
+If snapshot.write skipped that mapping, the file would hold OnDevice objects, which
 ``torch.load(weights_only=True)`` refuses, as it would refuse cuda storages on a
 machine without CUDA. With a GPU, the last test uses real cuda tensors.
 """
 import pytest
 import torch
 
-from data_parallel import models, train_ddp
+from data_parallel import models, snapshot, train_ddp
 
 HISTORY = {'accuracies': [0.5, 0.6], 'epoch_seconds': [1.0, 1.1]}
+ARGS = train_ddp.parse_args([])  # the flags a snapshot records
 
 
 class OnDevice(torch.Tensor):
@@ -26,7 +27,7 @@ class OnDevice(torch.Tensor):
 
 
 class Stub:
-    """Something with a state_dict(), as save_snapshot needs of model and optimiser."""
+    """Something with a state_dict(), as snapshot.write needs of model and optimiser."""
 
     def __init__(self, state):
         self.state = state
@@ -66,18 +67,18 @@ def test_snapshot_holds_only_plain_cpu_tensors(tmp_path):
     state, opt_state = model.state_dict(), optimizer.state_dict()
     assert len(tensors_in(opt_state['state'])) == 8  # one momentum buffer per tensor
     path = tmp_path / 'snap.pt'
-    train_ddp.save_snapshot(path, Stub(on_device(state)), Stub(on_device(opt_state)),
-                            2, HISTORY)
-    snapshot = torch.load(path, weights_only=True, map_location=None)
-    saved = tensors_in([snapshot['model'], snapshot['optimizer']])
+    snapshot.write(path, Stub(on_device(state)), Stub(on_device(opt_state)), 2,
+                   HISTORY, ARGS)
+    written = torch.load(path, weights_only=True, map_location=None)
+    saved = tensors_in([written['model'], written['optimizer']])
     assert len(saved) == len(state) + 8
     assert all(type(t) is torch.Tensor and t.device.type == 'cpu' for t in saved)
     for key, value in state.items():  # values survive the trip
-        assert torch.equal(snapshot['model'][key], value.cpu())
-    momentum = [b['momentum_buffer'] for b in snapshot['optimizer']['state'].values()]
+        assert torch.equal(written['model'][key], value.cpu())
+    momentum = [b['momentum_buffer'] for b in written['optimizer']['state'].values()]
     expected = [b['momentum_buffer'] for b in opt_state['state'].values()]
     assert all(torch.equal(a, b.cpu()) for a, b in zip(momentum, expected))
-    assert snapshot['epoch'] == 2 and snapshot['accuracies'] == HISTORY['accuracies']
+    assert written['epoch'] == 2 and written['accuracies'] == HISTORY['accuracies']
 
 
 @pytest.mark.parametrize('device', ['cpu', pytest.param('cuda', marks=pytest.mark.skipif(
@@ -85,12 +86,12 @@ def test_snapshot_holds_only_plain_cpu_tensors(tmp_path):
 def test_snapshot_of_a_real_model_holds_cpu_tensors(tmp_path, device):
     model, optimizer = trained_lenet(device)
     path = tmp_path / 'snap.pt'
-    train_ddp.save_snapshot(path, model, optimizer, 1, HISTORY)
-    snapshot = torch.load(path, weights_only=True, map_location=None)
-    tensors = tensors_in([snapshot['model'], snapshot['optimizer']])
+    snapshot.write(path, model, optimizer, 1, HISTORY, ARGS)
+    written = torch.load(path, weights_only=True, map_location=None)
+    tensors = tensors_in([written['model'], written['optimizer']])
     assert len(tensors) == len(model.state_dict()) + 8
     assert all(t.device.type == 'cpu' for t in tensors)
     restored = models.LeNet(seed=1)
-    restored.load_state_dict(snapshot['model'])
+    restored.load_state_dict(written['model'])
     torch.testing.assert_close(restored.state_dict(),
                                {k: v.cpu() for k, v in model.state_dict().items()})

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import data_parallel as dp
-from data_parallel import models, train_ddp
+from data_parallel import models, snapshot, train_ddp
 
 
 def test_snapshot_round_trip_with_weights_only(tmp_path):
@@ -13,12 +13,13 @@ def test_snapshot_round_trip_with_weights_only(tmp_path):
     model(torch.randn(4, 1, 28, 28)).sum().backward()
     optimizer.step()  # momentum buffers: the optimiser has state to save
     path = tmp_path / 'snap.pt'
-    train_ddp.save_snapshot(path, model, optimizer, 2,
-                            {'accuracies': [0.5, 0.6], 'epoch_seconds': [1.0, 1.1]})
-    snapshot = torch.load(path, weights_only=True)
-    assert snapshot['epoch'] == 2 and snapshot['accuracies'] == [0.5, 0.6]
+    snapshot.write(path, model, optimizer, 2,
+                   {'accuracies': [0.5, 0.6], 'epoch_seconds': [1.0, 1.1]},
+                   train_ddp.parse_args([]))
+    state = torch.load(path, weights_only=True)
+    assert state['epoch'] == 2 and state['accuracies'] == [0.5, 0.6]
     restored = models.LeNet(seed=1)
-    restored.load_state_dict(snapshot['model'])
+    restored.load_state_dict(state['model'])
     torch.testing.assert_close(restored.state_dict(), model.state_dict())
     assert [p.name for p in tmp_path.iterdir()] == ['snap.pt']
 
