@@ -8,6 +8,7 @@ layer or those below it; ``tests/repo/test_layout.py`` checks it):
 1. machinery: ``paths`` (repository, data and results folders), ``cli`` (checks on
    command-line values), ``results`` (a job's ``RESULT <json>`` line, results a chapter
    leaves for a later one), ``files`` (crash-safe files, output paths checked early),
+   ``snapshot`` (train_ddp's snapshot file: two generations, its flags, a lock),
    ``devices`` (the book's one device policy, a process's ``setup``, synchronising,
    timing), ``data`` (Fashion-MNIST in memory, the article's
    per-image loader), ``launch`` (torchrun jobs from a notebook or a test),
@@ -15,8 +16,10 @@ layer or those below it; ``tests/repo/test_layout.py`` checks it):
 2. taught code, the ``#@save`` mirrors: ``scratch`` (the article's code, LeNet to the
    data-parallel trainer), ``collectives`` (star and ring allreduce, reduce-scatter,
    all-gather), ``performance`` (flat buffers, the improved step, the cost model),
-   ``sharding`` (memory formulas, ZeRO-1); and ``models`` (LeNet as a module, ResNet-18,
-   an MLP: one definition each);
+   ``sharding`` (memory formulas, ZeRO-1), ``tensor_parallel`` (a layer split over
+   processes: channels, Megatron's column and row layers), ``pipeline`` (the bubble's
+   formulas, a GPipe and 1F1B schedule simulator, activations held per stage); and
+   ``models`` (LeNet as a module, ResNet-18, an MLP: one definition each);
 3. the taught program ``train_ddp``, which ``torchrun -m data_parallel.train_ddp`` starts;
 4. ``figures`` (the chapters' diagrams and plots) and ``jobs`` (the measuring programs
    that torchrun starts, ``torchrun -m data_parallel.jobs.NAME``).
@@ -37,16 +40,23 @@ from .devices import (CPU_ONLY, Timer, cpu_cores, describe_devices,
                       describe_environment, get_devices, process_device, sweep_backend,
                       sweep_environment, synchronize, use_one_core)
 from .figures import (plot_accuracy, plot_allreduce, plot_bandwidth,
-                      plot_data_parallel_steps, plot_lenet_shapes, plot_ring_allreduce,
-                      plot_scaling, plot_scatter, plot_sharded_memory,
-                      plot_split_strategies, plot_timeline, write_book_figures)
+                      plot_data_parallel_steps, plot_lenet_shapes, plot_pipeline_schedule,
+                      plot_ring_allreduce, plot_scaling, plot_scatter,
+                      plot_sharded_memory, plot_split_strategies,
+                      plot_tensor_parallel_pair, plot_timeline, write_book_figures)
 from .models import LeNet, deep_mlp, mlp, resnet18
 from .network import throttle_problem, throttled_command
 from .paths import DATA_ENV, data_root, repo_root, results_dir, work_dir
 from .performance import (FlatParams, allreduce_seconds, forward_backward, loop,
                           median_seconds, one_pass, passes, step_seconds,
                           train_batch_flat)
+from .pipeline import (activations_held, bubble_fraction, bubble_overhead,
+                       idle_times, simulate, stage_layers, stage_order)
 from .results import glue, load_result, read_result, save_result
 from .sharding import OPTIMIZER_STATES, bytes_per_device, replica_bytes, zero1_step
+from .tensor_parallel import (ColumnParallelLinear, CopyToParallel,
+                              ReduceFromParallel, RowParallelLinear,
+                              channel_parallel_conv, check_split, conv_channel_shard,
+                              parallel_mlp)
 from .scratch import (allreduce, evaluate_accuracy, get_params, init_lenet_params,
                       lenet, loss, sgd, split_batch, train, train_batch)

@@ -74,6 +74,7 @@ CH4, CH5, CH6 = ('04_data_synchronization.ipynb', '05_distributing_data.ipynb',
 CH8 = '08_where_the_time_goes.ipynb'
 CH9 = '09_sharded_data_parallelism.ipynb'
 CH10 = '10_when_the_network_is_the_bottleneck.ipynb'
+CH11, CH12 = '11_a_layer_across_devices.ipynb', '12_the_network_across_devices.ipynb'
 WIRE_JOBS = 'tests/jobs/test_wire_workers.py::'
 SHARD_JOBS = 'tests/jobs/test_shard_workers.py::'
 ZERO1_TEST = SHARD_JOBS + 'test_zero1_from_scratch_equals_ddp[2]'
@@ -218,6 +219,52 @@ MUTATIONS = [
              ('tests/unit/test_devices.py::test_cpu_devices_are_one_core_each',),
              (CH6, CH8), saved=False,
              checks=((CH8, 'checks-one-core'),)),
+    # chapter 11: tensor parallelism (its unit test spawns two processes)
+    Mutation('tp-row-parallel-skips-g',
+             'RowParallelLinear adds its partial sum without the all-reduce of g',
+             'tensor_parallel.py',
+             'return ReduceFromParallel.apply(F.linear(X, self.weight)) + self.bias',
+             'return F.linear(X, self.weight) + self.bias',
+             ('tests/unit/test_tensor_parallel.py::test_split_layers_equal_one_device_'
+              'in_output_and_gradients[2]',), (CH11,)),
+    Mutation('tp-f-backward-skips-all-reduce',
+             "f's backward returns this rank's part of the input's gradient: output "
+             "and the pair's own gradients stay right",
+             'tensor_parallel.py', '        dist.all_reduce(grad)\n', '',
+             ('tests/unit/test_tensor_parallel.py::test_split_layers_equal_one_device_'
+              'in_output_and_gradients[2]',), (CH11,)),
+    Mutation('tp-conv-gathers-along-batch',
+             "channel_parallel_conv joins the ranks' channels along the batch "
+             'dimension',
+             'tensor_parallel.py', 'return torch.cat(pieces, dim=1)',
+             'return torch.cat(pieces, dim=0)',
+             ('tests/unit/test_tensor_parallel.py::test_split_layers_equal_one_device_'
+              'in_output_and_gradients[2]',), (CH11,)),
+    # chapter 12: pipeline parallelism
+    Mutation('pp-1f1b-runs-all-forwards-first',
+             "the '1F1B' order runs every forward before its first backward: GPipe's "
+             'order, m micro-batches held on every stage',
+             'pipeline.py',
+             'warmup = min(p - 1 - stage, m)  # forwards in flight before the first',
+             'warmup = m  # forwards in flight before the first',
+             ('tests/unit/test_pipeline.py::test_gpipe_holds_every_micro_batch_and_'
+              '1f1b_at_most_p[4-4]',), (CH12,),
+             checks=((CH12, 'checks-schedule'),)),
+    Mutation('pp-bubble-with-p-not-p-minus-1',
+             'bubble_fraction counts p idle slots instead of p - 1: p/(m + p)',
+             'pipeline.py', 'return (p - 1) / (m + p - 1)', 'return p / (m + p)',
+             ('tests/unit/test_pipeline.py::test_bubble_formulas_have_p_minus_1_idle_'
+              'slots',), (CH12,),
+             checks=((CH12, 'checks-schedule'),)),
+    Mutation('pp-loss-not-divided-by-micro-batches',
+             "the pipeline job's loss is each micro-batch's mean, not divided by m: "
+             'gradients m times too large',
+             'jobs/pp_workers.py',
+             'return F.cross_entropy(output, y) / num_micro_batches',
+             'return F.cross_entropy(output, y)',
+             ('tests/jobs/test_pp_workers.py::test_schedules_give_the_unsplit_'
+              'gradients[2]',), (CH12,), saved=False,
+             checks=((CH12, 'checks-grads'),)),
 ]
 
 

@@ -1,8 +1,9 @@
 """The package's floor plan: layers of modules, imports only downwards, small modules.
 
 Layers, from the bottom (the package docstring says the same in words):
-machinery (paths, cli, results, files, devices, data, launch, network) < taught code
-(scratch, collectives, performance, sharding) and models < the taught program
+machinery (paths, cli, results, files, snapshot, devices, data, launch, network) <
+taught code (scratch, collectives, performance, sharding, tensor_parallel, pipeline) and
+models < the taught program
 (train_ddp) < figures and jobs. A module may import its own layer and the layers below. Jobs never
 import another job (their shared kits are jobs.measure and jobs.timeline, which start
 nothing) nor the taught program; the one exception is jobs.faults, which exists to wrap
@@ -19,9 +20,10 @@ import data_parallel as dp
 PACKAGE = Path(dp.__file__).parent
 ROOT = dp.repo_root()
 LAYERS = {
-    'machinery': (0, {'paths', 'cli', 'results', 'files', 'devices', 'data',
-                      'launch', 'network'}),
-    'taught': (1, {'scratch', 'collectives', 'performance', 'sharding', 'models'}),
+    'machinery': (0, {'paths', 'cli', 'results', 'files', 'snapshot', 'devices',
+                      'data', 'launch', 'network'}),
+    'taught': (1, {'scratch', 'collectives', 'performance', 'sharding', 'models',
+                  'tensor_parallel', 'pipeline'}),
     'program': (2, {'train_ddp'}),
     'top': (3, {'figures', 'jobs'}),
 }

@@ -17,7 +17,9 @@ import torch  # noqa: E402
 
 import data_parallel as dp  # noqa: E402
 from data_parallel import figures  # noqa: E402
-from data_parallel.figures import diagrams, plots, ring  # noqa: E402
+from data_parallel.figures import (diagrams, pipeline, plots, ring,  # noqa: E402
+                                   tensor_parallel)
+from data_parallel.pipeline import simulate  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -42,6 +44,8 @@ PUBLIC = {  # every public name of data_parallel.figures and the module defining
                'plot_scatter', 'plot_lenet_shapes', 'BOOK_FIGURES',
                'write_book_figures'),
     ring: ('plot_ring_allreduce',),
+    tensor_parallel: ('plot_tensor_parallel_pair',),
+    pipeline: ('plot_pipeline_schedule',),
     plots: ('plot_accuracy', 'plot_bandwidth', 'plot_scaling', 'plot_sharded_memory',
             'plot_timeline')}
 
@@ -109,7 +113,8 @@ def test_allreduce_sums_through_gpu_0(values):
 
 @pytest.mark.parametrize('draw', [
     lambda: dp.plot_allreduce((1, 2)), lambda: dp.plot_allreduce((1, 2, 3, 4)),
-    dp.plot_data_parallel_steps, figures.plot_lenet_shapes])
+    dp.plot_data_parallel_steps, figures.plot_lenet_shapes,
+    dp.plot_tensor_parallel_pair])
 def test_diagrams_have_no_empty_margins(draw):
     """Ink spans at least 85 % of the figure's width and height (tight bbox aside)."""
     fig = draw()
@@ -118,6 +123,28 @@ def test_diagrams_have_no_empty_margins(draw):
     rows, cols = np.flatnonzero(ink.any(axis=1)), np.flatnonzero(ink.any(axis=0))
     assert (rows[-1] - rows[0]) / ink.shape[0] > 0.85
     assert (cols[-1] - cols[0]) / ink.shape[1] > 0.85
+
+
+def test_tensor_parallel_pair_splits_A_by_columns_and_B_by_rows():
+    """Device r holds block r of A, side by side, and block r of B, one above the other;
+    X and Z whole on each device; the partial outputs go through g, one box for both."""
+    fig = dp.plot_tensor_parallel_pair()
+    ax, = fig.axes
+    strings = texts(fig)
+    assert [s for s in strings if s.startswith('device')] == ['device 1', 'device 2']
+    assert strings.count('$X$') == strings.count('$Z$') == 2
+    assert strings.count('$f$') == strings.count('$g$') == 1
+    assert strings.count('ReLU') == 2
+    assert '$f$: identity forward, all-reduce backward' in strings
+    assert any(s.startswith('$g$: all-reduce') for s in strings)
+    texts_at = {t.get_text(): t.get_position() for t in ax.texts}
+    (a1x, a1y), (a2x, a2y) = texts_at['$A_1$'], texts_at['$A_2$']
+    (b1x, b1y), (b2x, b2y) = texts_at['$B_1$'], texts_at['$B_2$']
+    assert a2x > a1x and b1x == b2x  # A: columns side by side; B: rows, one x
+    assert a1y > a2y and b1y > b2y  # device 1 above device 2
+    blocks = [p for p in ax.patches if p.get_gid() in ('A block', 'B block')]
+    assert len(blocks) == 4
+    assert len(arrows([ax], 'partial output')) == len(arrows([ax], 'sum')) == 2
 
 
 def ring_grid(ax, k):
@@ -213,6 +240,10 @@ BOOK_CALLS = {  # the figures as the chapters draw them, and their number of axe
         'weak scaling (128 per device)': [1, 2, 4]}, cores=2, backend='gloo'), 1),
     'ring allreduce': (figures.plot_ring_allreduce, 6),
     'LeNet shapes': (figures.plot_lenet_shapes, 1),
+    'tensor-parallel pair': (dp.plot_tensor_parallel_pair, 1),
+    'pipeline schedules': (lambda: dp.plot_pipeline_schedule(
+        {name: simulate(name, 4, 4) for name in ('gpipe', '1f1b')},
+        title='p = 4 stages, m = 4 micro-batches'), 2),
     'timeline': (lambda: dp.plot_timeline({
         'one bucket': [dict(name='f', kind='forward', start_ms=0, end_ms=140),
                        dict(name='a', kind='allreduce', start_ms=380, end_ms=2370)],

@@ -1,0 +1,78 @@
+"""data_parallel.jobs.pp_workers: GPipe and 1F1B stages on real processes against the
+unsplit model, the schedules' tables and activations held, sleeping stages timed, and
+data, tensor and pipeline parallelism side by side. Every job runs on the CPU (gloo)."""
+import pytest
+
+from data_parallel import launch, pipeline
+from data_parallel.cli import JobArgumentError
+from data_parallel.jobs import pp_workers
+
+CPU_ONLY = {'CUDA_VISIBLE_DEVICES': ''}  # gloo on the CPU, also on a GPU runner
+
+
+def run(world_size, *args):
+    """torchrun pp_workers with world_size processes on the CPU: its record."""
+    return launch.run(pp_workers, world_size, *args, env=CPU_ONLY, timeout=300)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('p', [2])  # p = 4: chapter 12's job, with the same asserts
+def test_schedules_give_the_unsplit_gradients(p):
+    result = run(p, 'schedules', '--forward-ms', 5)
+    assert result['world_size'] == p and result['backend'] == 'gloo'
+    for name, r in result['schedules'].items():
+        assert r['max_difference'] < 1e-6, (name, r['max_difference'])
+        orders = [pipeline.stage_order(name, s, p, 4) for s in range(p)]
+        assert r['held'] == [pipeline.activations_held(o) for o in orders], name
+        # torch's table (2.14) numbers the last 1F1B stage's forwards from 1: the
+        # pattern of F and B is compared there, every action elsewhere
+        ours = [[f'{kind}{i}' for kind, i in o] for o in orders]
+        assert r['order'][:-1] == ours[:-1], name
+        assert [[a[0] for a in o] for o in r['order']] == [[a[0] for a in o]
+                                                           for o in ours], name
+        # sleeping stages: each slept m (t_f + t_b); the step lasted at least the
+        # critical path (m + p - 1)(t_f + t_b) (a busy machine only adds to it)
+        assert all(busy >= 4 * 0.015 * 0.99 for busy in r['busy_seconds']), r
+        assert r['step_seconds'] >= (4 + p - 1) * 0.015 * 0.98, r
+
+
+@pytest.mark.slow
+def test_splits_send_what_their_models_say():
+    result = run(2, 'splits')
+    v, n, B, width = result['variants'], result['num_params'], 32, 64
+    models = {'data': 4 * n, 'tensor': 3 * 4 * B * width, 'pipeline': 4 * B * width}
+    for name, model in models.items():  # payload plus gloo's headers
+        assert all(model <= sent <= 1.15 * model for sent in v[name]['socket_bytes'])
+    assert v['tensor']['collectives'] == {'all_reduce': 3}
+    assert v['data']['parameter_bytes'] == [4 * n] * 2
+    assert sum(v['pipeline']['parameter_bytes']) == 4 * n
+
+
+@pytest.mark.slow
+def test_more_processes_than_layers_is_one_line():
+    with pytest.raises(RuntimeError) as error:
+        run(4, 'schedules', '--layers', 1)
+    assert ('4 processes for a model of 3 layers: start at most 3 processes, or pass '
+            '--layers 2 or more.') in str(error.value)
+    assert 'Traceback' not in str(error.value).split('torchrun exited')[0]
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['schedules', '--batch-size', '30', '--micro-batches', '4'],
+     '--batch-size 30 does not split into 4 micro-batches: use a multiple of 4.'),
+    (['splits', '--micro-batches', '0'], 'argument --micro-batches: 0 is too small'),
+    (['schedules', '--schedules', 'zb'], "invalid choice: 'zb'"),
+    (['schedules', '--forward-ms', '-1'], 'use a finite number greater than 0'),
+])
+def test_bad_flags_are_one_line_before_any_job(argv, message):
+    with pytest.raises(JobArgumentError, match=message.replace('.', r'\.')):
+        launch.run(pp_workers, 2, *argv)
+
+
+def test_the_loss_divides_by_the_number_of_micro_batches():
+    import torch
+    output, y = torch.randn(8, 10), torch.randint(0, 10, (8,))
+    whole = torch.nn.functional.cross_entropy(output, y)
+    parts = sum(pp_workers.micro_batch_loss(4)(o, t)
+                for o, t in zip(output.chunk(4), y.chunk(4)))
+    torch.testing.assert_close(parts, whole)

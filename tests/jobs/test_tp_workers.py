@@ -1,0 +1,63 @@
+"""data_parallel.jobs.tp_workers: split layers against one device, their collectives,
+and bytes per step next to DDP. Every job runs on the CPU (gloo), on random inputs."""
+import subprocess
+import sys
+
+import pytest
+
+from data_parallel import launch
+from data_parallel.jobs import tp_workers
+
+pytestmark = pytest.mark.slow  # every test here starts torchrun jobs or Python
+CPU_ONLY = {'CUDA_VISIBLE_DEVICES': ''}  # gloo on the CPU, also on a GPU runner
+
+
+def run(world_size, *args):
+    """torchrun tp_workers with world_size processes on the CPU: its record."""
+    return launch.run(tp_workers, world_size, *args, env=CPU_ONLY, timeout=300)
+
+
+@pytest.mark.parametrize('k', [2, 4])
+def test_split_layers_equal_one_device_with_one_collective_each_way(k):
+    result = run(k, 'check')
+    assert result['world_size'] == k and result['backend'] == 'gloo'
+    conv = result['conv']
+    assert conv['output'] < 1e-6 and conv['channels_per_rank'] == 8 // k, conv
+    assert conv['forward'] == {'all_gather': 1}, conv
+    for name in ('scratch', 'dtensor'):
+        record = result[name]
+        for key in ('output', 'param_grads', 'input_grad'):
+            assert record[key] < 1e-5, (name, key, record)
+        assert record['forward'] == record['backward'] == {'all_reduce': 1}, record
+    assert result['dtensor']['sharded']
+
+
+def test_bytes_per_step_follow_the_formulas():
+    result = run(2, 'cost', '--batch-sizes', 64, 1024, '--steps', 2)
+    d, N = result['dim'], result['num_params']
+    assert N == 8 * d * d + 5 * d
+    for B, sent in result['socket_bytes_per_step'].items():
+        for tp in sent['tp']:  # two all-reduces of B x d values; k = 2: once each
+            assert tp / (2 * int(B) * d * 4) == pytest.approx(1, rel=0.10), sent
+        for ddp in sent['ddp']:  # one all-reduce of the N gradients
+            assert ddp / (N * 4) == pytest.approx(1, rel=0.05), sent
+
+
+def test_layers_that_do_not_split_stop_with_one_line():
+    with pytest.raises(RuntimeError, match='--channels 8: its 8 channels or features '
+                                           'do not split over 3 processes'):
+        run(3, 'check')
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['check', '--dim', '0'], 'argument --dim: 0 is too small'),
+    (['cost', '--batch-sizes', 'x'], "argument --batch-sizes: 'x' is not a whole"),
+    (['check'], 'Start this module with torchrun'),
+])
+def test_bad_flags_get_one_line(argv, message):
+    argv = [sys.executable, '-m', 'data_parallel.jobs.tp_workers', *argv]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
+    assert message in lines[-1]
+    assert 'Traceback' not in result.stderr

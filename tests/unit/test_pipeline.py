@@ -1,0 +1,100 @@
+"""data_parallel.pipeline: the bubble's formulas, the schedule simulator, activations
+held per stage, the split into stages, and the schedule figure."""
+import pytest
+import torch
+
+import data_parallel as dp
+from data_parallel import pipeline as pp
+
+CASES = [(1, 3), (2, 1), (2, 4), (3, 5), (4, 4), (4, 8), (5, 2), (8, 16)]
+
+
+def length(table):
+    """The step's length: when the last action of any stage ends."""
+    return max(end for actions in table.values() for _, end, _, _ in actions)
+
+
+def test_bubble_formulas_have_p_minus_1_idle_slots():
+    assert pp.bubble_fraction(4, 4) == 3 / 7 and pp.bubble_overhead(4, 4) == 3 / 4
+    assert pp.bubble_fraction(2, 8) == 1 / 9 and pp.bubble_overhead(2, 8) == 1 / 8
+    assert pp.bubble_fraction(1, 5) == 0 == pp.bubble_overhead(1, 5)
+
+
+@pytest.mark.parametrize('schedule', ['gpipe', '1f1b'])
+@pytest.mark.parametrize('p, m', CASES)
+@pytest.mark.parametrize('backward', [1, 2, 3])
+def test_simulated_idle_share_is_the_formula(schedule, p, m, backward):
+    table = pp.simulate(schedule, p, m, backward=backward)
+    assert length(table) == (m + p - 1) * (1 + backward)
+    assert pp.idle_times(table) == [(p - 1) * (1 + backward)] * p
+    share = sum(pp.idle_times(table)) / (p * length(table))
+    assert share == pytest.approx(pp.bubble_fraction(p, m), abs=1e-12)
+
+
+@pytest.mark.parametrize('schedule', ['gpipe', '1f1b'])
+@pytest.mark.parametrize('p, m', CASES)
+def test_every_stage_runs_each_micro_batch_once_and_respects_dependencies(
+        schedule, p, m):
+    table = pp.simulate(schedule, p, m)
+    ends = {(s, kind, i): end for s, actions in table.items()
+            for _, end, kind, i in actions}
+    for s, actions in table.items():
+        assert sorted((kind, i) for _, _, kind, i in actions) == sorted(
+            [('F', i) for i in range(m)] + [('B', i) for i in range(m)])
+        for (start, end, kind, i), after in zip(actions, actions[1:]):
+            assert end <= after[0]  # one action at a time
+        for start, _, kind, i in actions:
+            if kind == 'F' and s > 0:
+                assert start >= ends[s - 1, 'F', i]
+            if kind == 'B':
+                assert start >= ends[(s + 1, 'B', i) if s < p - 1 else (s, 'F', i)]
+
+
+@pytest.mark.parametrize('p, m', CASES)
+def test_gpipe_holds_every_micro_batch_and_1f1b_at_most_p(p, m):
+    for s in range(p):
+        assert pp.activations_held(pp.stage_order('gpipe', s, p, m)) == m
+        assert pp.activations_held(pp.stage_order('1f1b', s, p, m)) == min(p - s, m)
+
+
+def test_1f1b_alternates_after_its_warm_up():
+    assert pp.stage_order('1f1b', 0, 2, 3) == [('F', 0), ('F', 1), ('B', 0), ('F', 2),
+                                              ('B', 1), ('B', 2)]
+    assert pp.stage_order('1f1b', 1, 2, 2) == [('F', 0), ('B', 0), ('F', 1), ('B', 1)]
+
+
+def test_activations_held_counts_forwards_not_yet_backwarded():
+    assert pp.activations_held([('F', 0), ('B', 0), ('F', 1), ('B', 1)]) == 1
+    assert pp.activations_held([('F', 0), ('F', 1), ('B', 0), ('B', 1)]) == 2
+    assert pp.activations_held([]) == 0
+
+
+def test_unknown_schedule_is_one_line():
+    with pytest.raises(ValueError, match="schedule='zb': pass 'gpipe' or '1f1b'"):
+        pp.stage_order('zb', 0, 2, 2)
+
+
+def test_stage_layers_split_the_model_into_contiguous_runs():
+    net = dp.deep_mlp(hidden=8, layers=6)  # 8 layers
+    for p in (1, 2, 3, 4, 8):
+        stages = [pp.stage_layers(net, s, p) for s in range(p)]
+        assert [layer for stage in stages for layer in stage] == list(net)
+        assert max(map(len, stages)) - min(map(len, stages)) <= 1
+        X = torch.randn(3, 784)
+        out = X
+        for stage in stages:
+            out = stage(out)
+        assert torch.equal(out, net(X))
+    with pytest.raises(ValueError, match='p=9: a model of 8 layers has 1 to 8 stages'):
+        pp.stage_layers(net, 0, 9)
+
+
+def test_schedule_figure_draws_every_action_and_refuses_bad_input():
+    from matplotlib import pyplot as plt
+    tables = {'GPipe': pp.simulate('gpipe', 3, 2), '1F1B': pp.simulate('1f1b', 3, 2)}
+    fig = dp.plot_pipeline_schedule(tables, title='p = 3, m = 2')
+    labels = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert sorted(labels) == sorted(2 * [f'{k}{i}' for k in 'FB' for i in range(2)] * 3)
+    plt.close(fig)
+    with pytest.raises(ValueError, match='tables: give'):
+        dp.plot_pipeline_schedule({})
