@@ -11,8 +11,12 @@ notebooks/NN_*.ipynb: the same cells (same code, same stored outputs), MyST reso
   chapter's reader copy, named by its title;
 - a `:class: dropdown` admonition (a worked solution): an HTML <details> box, collapsed;
   any other admonition: a quoted box with its title;
-- the code cells of a solution: a first comment line naming the solution, and collapsed
-  (source and outputs) where the front end can (JupyterLab: jupyter.source_hidden);
+- the code cells of a solution: a first line naming the solution as a Colab form title
+  (`# @title ... { display-mode: "form" }`, which Colab folds; elsewhere a comment), and
+  collapsed in JupyterLab too (jupyter.source_hidden);
+- the code cells the book hides (tag remove-cell: its checks and the dp.glue calls that
+  hand numbers to the text) left out, but the first, which installs the package;
+- a chapter whose code asks the device policy for GPUs asks Colab for a GPU runtime;
 - a figure cell: its caption ("Fig. C.N ...") in a Markdown cell below it;
 - glue outputs dropped (a plain Jupyter has no renderer for them); a line under the
   title says where the book is and that the numbers are from the stored run.
@@ -47,6 +51,8 @@ DOC = re.compile(r'\{doc\}`(?:([^`<]*?)\s*<)?([^`<>]+)>?`')
 ADMONITION = re.compile(r'^:::\{admonition\} *([^\n]*)\n'   # title
                         r'((?::\w+:[^\n]*\n)*)'                # options
                         r'(.*?)\n?^:::[ \t]*$', re.MULTILINE | re.DOTALL)
+# code that runs on GPUs when there are some: the device policy, or chapter 6's train
+GPU_CODE = re.compile(r'\bdp\.(?:get_devices|train)\(')
 LEFT_OVER = re.compile(r'\{[\w:-]+\}`|^ *(?:```+|:::+) *\{|^:::|^:\w+:|^\(\S+\)=\s*$',
                        re.MULTILINE)
 
@@ -164,7 +170,11 @@ def reader_copy(path, number=None):
     named = [figure_name(c) for c in nb['cells'] if figure_name(c)]
     figures = {fig: f'{number}.{i}' for i, fig in enumerate(named, start=1)}
     cells, solution = [], None
+    install = next(c for c in nb['cells'] if c['cell_type'] == 'code')
     for cell in nb['cells']:
+        if (cell['cell_type'] == 'code' and cell is not install
+                and 'remove-cell' in cell['metadata'].get('tags', [])):
+            continue
         cell = copy.deepcopy(cell)
         cells.append(cell)
         if cell['cell_type'] == 'markdown':
@@ -177,7 +187,9 @@ def reader_copy(path, number=None):
         if 'solution' in cell['metadata'].get('tags', []):
             if solution is None:
                 raise Refused(f'{path.name}: a "solution" cell follows no solution')
-            set_source(cell, f'# {solution}\n{source(cell)}')
+            set_source(cell, f'# @title {solution} {{ display-mode: "form" }}\n'
+                             f'{source(cell)}')
+            cell['metadata']['cellView'] = 'form'  # Colab's way to fold it
             cell['metadata']['jupyter'] = {'source_hidden': True,
                                            'outputs_hidden': True}
         if figure_name(cell):
@@ -189,11 +201,15 @@ def reader_copy(path, number=None):
             set_source(cells[-1], wrap(text))
     about = (f'> Chapter {number} of *Training on Multiple GPUs* '
              f'([the book]({book_url()})). The numbers in the text are from the stored '
-             'run; yours will differ a little. Solutions are collapsed: click to open.')
+             'run; yours will differ a little. Solutions are collapsed: click to open. '
+             "The book's hidden checks are left out.")
     first = next(c for c in cells if c['cell_type'] == 'markdown')
     about = wrap(about, subsequent_indent='> ')
     set_source(first, f'{source(first).rstrip()}\n\n{about}')
     nb['cells'] = cells
+    if any(GPU_CODE.search(source(c)) for c in cells if c['cell_type'] == 'code'):
+        nb['metadata']['accelerator'] = 'GPU'  # Colab opens it on a GPU runtime
+        nb['metadata']['colab'] = {'gpuType': 'T4'}
     nb['metadata']['multigpu_book'] = {
         'reader_copy_of': path.relative_to(ROOT).as_posix(),
         'written_by': 'tools/reader_copies.py'}

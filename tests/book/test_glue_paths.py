@@ -162,3 +162,13 @@ def test_the_check_finds_keys_glued_on_one_path_only(source, missing):
 def test_text_keys_with_and_without_a_format():
     cells = cells_of(text='{glue:text}`a:.2f`, {glue}`b` and\n:::{glue:figure} c\n')
     assert list(text_keys(cells)) == ['a', 'b', 'c']
+
+
+@pytest.mark.parametrize('path', CHAPTERS, ids=[p.name for p in CHAPTERS])
+def test_glue_calls_are_in_hidden_cells_only(path):
+    """The code a reader sees (the page, the reader copy) holds no dp.glue: each cell
+    that hands numbers to the text is its own hidden cell after the one measuring."""
+    shown = [cell['id'] for cell in json.loads(path.read_text())['cells']
+             if cell['cell_type'] == 'code' and 'dp.glue(' in code(cell)
+             and 'remove-cell' not in cell['metadata'].get('tags', [])]
+    assert shown == [], f'{path.name}: move the glue calls of {shown} to a remove-cell'

@@ -4,11 +4,14 @@ The Colab button opens notebooks/NN_x.ipynb on GitHub, at the release tag v<vers
 and the download button gives the same reader copy (book/_ext/book_html_fixes.py);
 `make lab` opens that folder. These tests open every reader copy as a plain Jupyter
 would and find no MyST role or directive (which it shows raw), every glued number
-written out as the book formats it, chapter 7's program as Python code, and the
-solutions marked and collapsed. The copies must be what tools/reader_copies.py makes
+written out as the book formats it, chapter 7's program as Python code, the solutions
+marked and folded (Colab's form, JupyterLab's hidden source), the book's hidden cells
+(checks, glue) left out with nothing shown needing them, a GPU runtime asked for where
+the code uses one, and cell ids unique across the book. The copies must be what tools/reader_copies.py makes
 of the chapters now (`make reader-copies`).
 """
 import ast
+import builtins
 import json
 import os
 import re
@@ -154,6 +157,7 @@ def test_chapter_7_shows_its_program_as_code():
 
 
 def test_solutions_are_marked_and_collapsed(pair):
+    """Folded in Colab (a form: a @title line, cellView) and in JupyterLab."""
     chapter, copy = pair
     dropdowns = sum(text(c).count(':class: dropdown') for c in chapter['cells'])
     boxes = [text(c) for c in copy['cells'] if c['cell_type'] == 'markdown'
@@ -163,23 +167,86 @@ def test_solutions_are_marked_and_collapsed(pair):
     assert all(re.match(summary, box) and box.rstrip().endswith('</details>')
                for box in boxes)
     code = [c for c in copy['cells'] if 'solution' in c['metadata'].get('tags', [])]
-    assert code and all(text(c).startswith('# Solution to exercise ') for c in code)
+    form = r'# @title Solution to exercise \d+[^\n{]*\{ display-mode: "form" \}\n'
+    assert code and all(re.match(form, text(c)) for c in code)
+    assert all(c['metadata']['cellView'] == 'form' for c in code)
     collapsed = {'source_hidden': True, 'outputs_hidden': True}
     assert all(c['metadata']['jupyter'] == collapsed for c in code)
 
 
+def hidden(cell, chapter):
+    """A code cell the book hides and the copy leaves out (not the install cell)."""
+    first = next(c for c in chapter['cells'] if c['cell_type'] == 'code')
+    return cell is not first and 'remove-cell' in cell['metadata'].get('tags', [])
+
+
 def test_code_and_outputs_are_the_chapters(pair):
-    """Same code (a solution gains one comment line), same outputs but the glue ones."""
+    """Same code (a solution gains one line), same outputs but the glue ones; the
+    cells the book hides are left out."""
     chapter, copy = pair
     code = {c['id']: c for c in copy['cells'] if c['cell_type'] == 'code'}
     for cell in chapter['cells']:
-        if cell['cell_type'] != 'code':
+        if cell['cell_type'] != 'code' or hidden(cell, chapter):
             continue
         mine = code.pop(cell['id'])
         assert text(mine).endswith(text(cell))
         assert mine['outputs'] == [o for o in cell['outputs']
                                    if 'scrapbook' not in o.get('metadata', {})]
     assert not code
+
+
+def test_no_checks_glue_or_notes_for_maintainers(pair):
+    _, copy = pair
+    code = '\n'.join(text(c) for c in copy['cells'] if c['cell_type'] == 'code')
+    words = re.findall(r'dp\.glue\(|\(issue \d+|\bCI\b|nbval|mutation',
+                       code)
+    assert words == []
+
+
+def names(code):
+    """(names a cell binds, names it reads), IPython lines left out."""
+    tree = ast.parse(re.sub(r'^\s*[%!].*$', '', code, flags=re.MULTILINE))
+    bound, read = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound |= {(a.asname or a.name).split('.')[0] for a in node.names}
+    return bound, read
+
+
+def test_no_cell_of_a_copy_needs_a_cell_it_leaves_out(pair):
+    """What a shown cell reads, a shown cell before it binds: the copy runs alone."""
+    chapter, _ = pair
+    shown, left_out = set(dir(builtins)), set()
+    for cell in chapter['cells']:
+        if cell['cell_type'] == 'code':
+            bound, read = names(text(cell))
+            if hidden(cell, chapter):
+                left_out |= bound
+                continue
+            assert not (read - bound - shown) & left_out, cell['id']
+            shown |= bound
+
+
+def test_chapters_that_use_gpus_ask_colab_for_one():
+    """Those whose code asks the device policy for devices (or trains with it); not
+    those that keep every process on the CPU."""
+    copies = {c.name[:2]: load(reader_copy(c)) for c in CHAPTERS}
+    asks = {n for n, nb in copies.items() if nb['metadata'].get('accelerator') == 'GPU'}
+    code = {n: '\n'.join(text(c) for c in nb['cells'] if c['cell_type'] == 'code')
+            for n, nb in copies.items()}
+    assert asks == {n for n, c in code.items() if 'get_devices(' in c or 'dp.train(' in c}
+    assert '06' in asks and not any('CPU_ONLY' in code[n] for n in asks)
+
+
+def test_cell_ids_are_unique_across_the_book():
+    ids = [c['id'] for path in CHAPTERS for c in load(path)['cells']]
+    assert len(ids) == len(set(ids)), [i for i in set(ids) if ids.count(i) > 1][:5]
 
 
 def test_the_tool_refuses_myst_it_does_not_translate():
@@ -249,5 +316,6 @@ def test_reader_copy_of_chapter_1_runs_alone_in_an_empty_folder(tmp_path, site,
     cells = load(alone)['cells']
     where = ''.join(cells[-1]['outputs'][0]['text']).strip()
     assert where == str(site / 'data_parallel' / '__init__.py')
-    assert [c['outputs'] for c in cells if c.get('id') == 'install-helper'] == [[]]
+    install = next(c for c in cells if c['cell_type'] == 'code')
+    assert install['outputs'] == [] and 'VERSION' in text(install)
     assert sorted(p.name for p in alone.parent.iterdir()) == [CHAPTERS[0].name]
