@@ -47,6 +47,7 @@ def throttle_problem():
     if probe.returncode:
         said = (probe.stderr.strip().splitlines() or ['no message'])[-1]
         return (f'a private network namespace could not be made here ({said}): '
-                'unprivileged user namespaces may be disabled (Colab, some '
-                'distributions, containers without them).')
+                'unprivileged user namespaces may be disabled (some distributions and '
+                'containers; on Ubuntu 24.04 AppArmor forbids them unless sysctl '
+                'kernel.apparmor_restrict_unprivileged_userns=0).')
     return None
