@@ -46,6 +46,11 @@ def test_splits_send_what_their_models_say():
     assert v['tensor']['collectives'] == {'all_reduce': 3}
     assert v['data']['parameter_bytes'] == [4 * n] * 2
     assert sum(v['pipeline']['parameter_bytes']) == 4 * n
+    # saved for backward per example: DP and TP the input, each pair's hidden layer (TP:
+    # half of it) and its output, the target; each of DP's processes takes half the batch
+    hidden = 256
+    assert v['data']['activation_bytes'] == [4 * B // 2 * (4 * width + 2 * hidden)] * 2
+    assert v['tensor']['activation_bytes'] == [4 * B * (4 * width + hidden)] * 2
 
 
 @pytest.mark.slow

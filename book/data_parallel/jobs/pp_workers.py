@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed._functional_collectives import AsyncCollectiveTensor
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from torch.distributed.tensor import DTensor
@@ -197,8 +198,13 @@ def pairs_mlp(width, hidden, seed):
 
 
 def local(tensor):
-    """The part of a tensor this process holds (a DTensor's local shard)."""
-    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+    """The plain tensor this process holds: a DTensor's shard, a collective's result."""
+    if isinstance(tensor, DTensor):
+        tensor = tensor.to_local()
+    # an allreduce's result comes wrapped, and the wrapper's data_ptr() is 0, the same for
+    # every wrapper: counted by it, two saved results were one (torch's
+    # _functional_collectives.AsyncCollectiveTensor holds the real tensor as .elem)
+    return tensor.elem if isinstance(tensor, AsyncCollectiveTensor) else tensor
 
 
 def saved_bytes(step, params):
