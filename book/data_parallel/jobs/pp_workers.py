@@ -5,15 +5,12 @@ One process per stage (the book's policy: NCCL on GPUs, gloo on the CPU):
     torchrun --standalone --nproc-per-node=2 -m data_parallel.jobs.pp_workers schedules
     torchrun --standalone --nproc-per-node=2 -m data_parallel.jobs.pp_workers splits
 
-`schedules` splits a deep MLP into one stage per process (pipeline.stage_layers), runs
-a step of ScheduleGPipe and Schedule1F1B on seeded random data, and reports for each
-the largest difference from the unsplit model's gradients, the most micro-batches held
-per stage (hooks), the schedule's own order (pipeline_order) and, with stages that
-sleep instead of computing, each stage's busy time and the step's length. `splits`
-runs one small MLP three ways on two processes, DDP, tensor parallel
-(parallelize_module) and GPipe, and reports the bytes each process wrote to its
-sockets per step (gloo only), the collectives CommDebugMode saw, and each process's
-bytes of parameters and of saved activations. Rank 0 prints `RESULT <json>`.
+`schedules` runs a step of GPipe and 1F1B on a deep MLP split into stages and reports
+for each the largest difference from the unsplit model's gradients, the micro-batches
+held per stage, the schedule's order and, with stages that sleep instead of computing,
+each stage's busy time and the step's length. `splits` runs one small MLP as DDP, tensor
+parallel and GPipe on two processes and reports each process's bytes sent (gloo),
+collectives, and bytes of parameters and saved activations. Rank 0 prints `RESULT`.
 """
 import argparse
 import time
@@ -199,11 +196,8 @@ def pairs_mlp(width, hidden, seed):
 
 def local(tensor):
     """The plain tensor this process holds: a DTensor's shard, a collective's result."""
-    if isinstance(tensor, DTensor):
-        tensor = tensor.to_local()
-    # an allreduce's result comes wrapped, and the wrapper's data_ptr() is 0, the same for
-    # every wrapper: counted by it, two saved results were one (torch's
-    # _functional_collectives.AsyncCollectiveTensor holds the real tensor as .elem)
+    tensor = tensor.to_local() if isinstance(tensor, DTensor) else tensor
+    # an allreduce's result comes wrapped, and every wrapper's data_ptr() is 0
     return tensor.elem if isinstance(tensor, AsyncCollectiveTensor) else tensor
 
 
