@@ -104,9 +104,12 @@ distclean: clean
 # ---- The book as a reader sees it ------------------------------------------------------
 # MathJax 3 comes from the npm package pinned in package-lock.json, copied into the
 # git-ignored _vendor/mathjax and published as _static/mathjax, so math renders offline.
-# Chromium comes from Debian (chromium + chromium-driver), installed when missing.
+# Chromium comes from Debian (chromium + chromium-driver), installed when missing, with a
+# CJK font for the Chinese page (book/zh.md), which is boxes without one: the small
+# fonts-wqy-microhei (1.6 MB download, 5.3 MB installed; fonts-noto-cjk: 57, 93 MB).
 CHROMIUM     ?= /usr/bin/chromium
 CHROMEDRIVER ?= /usr/bin/chromedriver
+CJK_FONT     ?= /usr/share/fonts/truetype/wqy/wqy-microhei.ttc
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 MATHJAX      := _vendor/mathjax/tex-chtml.js
 
@@ -126,13 +129,16 @@ $(MATHJAX): package.json package-lock.json
 	cp node_modules/mathjax/LICENSE _vendor/mathjax/
 	touch $@
 
-chromium: $(CHROMIUM) $(CHROMEDRIVER)
+chromium: $(CHROMIUM) $(CHROMEDRIVER) $(CJK_FONT)
 
-# one rule for both files (&:, a grouped target): with two, make -j runs apt-get twice at
-# once when both are missing, and the second fails on apt's lock (CI's setup, measured)
-$(CHROMIUM) $(CHROMEDRIVER) &:
+# one rule for the files (&:, a grouped target): with two, make -j runs apt-get twice at
+# once when both are missing, and the second fails on apt's lock (CI's setup, measured);
+# it installs only the missing ones (CI brings its own Chrome, not the font)
+$(CHROMIUM) $(CHROMEDRIVER) $(CJK_FONT) &:
 	$(SUDO) apt-get update -q
-	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium chromium-driver
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+	  $(if $(wildcard $(CHROMIUM)),,chromium) $(if $(wildcard $(CHROMEDRIVER)),,chromium-driver) \
+	  $(if $(wildcard $(CJK_FONT)),,fonts-wqy-microhei)
 
 browser-check: book chromium
 	@# pages are independent: spread over JOBS browsers one by one (--dist load)

@@ -70,9 +70,15 @@ def book_url(config=None):
 
 
 def chapters():
-    """The chapters' notebooks in reading order (_toc.yml), with their numbers."""
+    """The chapters' notebooks in reading order (_toc.yml), with their numbers.
+
+    The chapters are the numbered part of _toc.yml (or its one list of chapters, when
+    it has no parts); a page of an unnumbered part (book/zh.md) is none of them.
+    """
     toc = yaml.safe_load((ROOT / '_toc.yml').read_text(encoding='utf-8'))
-    files = [entry['file'] for entry in toc['chapters']]
+    parts = toc.get('parts') or [{**toc.get('options', {}), 'chapters': toc['chapters']}]
+    files = [entry['file'] for part in parts if part.get('numbered')
+             for entry in part['chapters']]
     return {ROOT / f'{file}.ipynb': number for number, file in enumerate(files, start=1)
             if (ROOT / f'{file}.ipynb').exists()}
 

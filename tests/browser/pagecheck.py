@@ -69,8 +69,11 @@ def serve(directory):
 
 
 @contextlib.contextmanager
-def chromium(user_data_dir):
-    """A headless Chromium under chromedriver, with a fresh profile; always quit."""
+def chromium(user_data_dir, env=None):
+    """A headless Chromium under chromedriver, with a fresh profile; always quit.
+
+    env: variables added to the browser's environment (FONTCONFIG_FILE, to hide fonts).
+    """
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -87,7 +90,8 @@ def chromium(user_data_dir):
         options.add_argument(flag)
     options.set_capability('goog:loggingPrefs', {'browser': 'ALL'})
     log = user_data_dir.with_name(user_data_dir.name + '.chromedriver.log')
-    service = Service(executable_path=CHROMEDRIVER, log_output=str(log))
+    service = Service(executable_path=CHROMEDRIVER, log_output=str(log),
+                      env={**os.environ, **env} if env else None)
     driver = webdriver.Chrome(service=service, options=options)
     try:
         driver.set_page_load_timeout(PAGE_TIMEOUT_S)
@@ -626,6 +630,55 @@ def code_width_problems(driver, allowed=(), max_columns=MAX_COLUMNS):
                             f"({len(widest)}): cell {first!r}; "
                             f'line {widest.strip()[:60]!r}...')
     return problems
+
+
+# ------------------------------------------------------------------- Chinese text
+_CJK_JS = r"""
+// Han characters of the page (the article's first), up to 8 distinct, each drawn on a
+// canvas in the font of the element that holds it, beside U+0378, a code point no font
+// has. Real glyphs differ from that box and from one another; without a CJK font every
+// character is drawn as the same box (tofu) or not at all.
+const chars = new Map();
+for (const root of [document.querySelector('article'), document.body]) {
+  if (!root) continue;
+  const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node && chars.size < 8; node = walker.nextNode()) {
+    const parent = node.parentElement;
+    if (!parent || parent.closest('script, style')) continue;
+    for (const ch of node.textContent.match(/\p{Script=Han}/gu) || [])
+      if (chars.size < 8 && !chars.has(ch)) chars.set(ch, parent);
+  }
+}
+function shape(ch, el) {
+  const style = getComputedStyle(el), canvas = document.createElement('canvas');
+  canvas.width = canvas.height = 64;
+  const ctx = canvas.getContext('2d');
+  ctx.font = `${style.fontStyle} ${style.fontWeight} 48px ${style.fontFamily}`;
+  ctx.textBaseline = 'top';
+  ctx.fillText(ch, 4, 4);
+  const pixels = ctx.getImageData(0, 0, 64, 64).data;
+  let bits = '';
+  for (let i = 3; i < pixels.length; i += 4) bits += pixels[i] > 127 ? '1' : '0';
+  return bits;
+}
+const drawn = Array.from(chars, ([ch, el]) => ({ch, shape: shape(ch, el),
+                                               none: shape('\u0378', el)}));
+return {tofu: drawn.filter(d => d.shape === d.none || !d.shape.includes('1'))
+                   .map(d => d.ch),
+        chars: drawn.map(d => d.ch), shapes: new Set(drawn.map(d => d.shape)).size};
+"""
+
+
+def cjk_glyph_problems(driver):
+    """Chinese characters drawn without glyphs: the browser has no CJK font."""
+    found = driver.execute_script(_CJK_JS)
+    chars = ''.join(found['chars'])
+    if found['tofu'] or (len(found['chars']) > 1 and found['shapes'] == 1):
+        tofu = ''.join(found['tofu']) or chars
+        return [f'Chinese text drawn without glyphs: {tofu!r} look like U+0378, which no '
+                'font has (or all alike): no CJK font? `make chromium` installs '
+                'fonts-wqy-microhei']
+    return []
 
 
 # ------------------------------------------------------------------ figures and marks

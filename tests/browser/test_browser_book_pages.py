@@ -5,7 +5,8 @@ console error, every image loaded, code highlighted, math typeset by the book's 
 MathJax (no request leaves 127.0.0.1), every internal link and #anchor resolves, no text
 of a `remove-cell` cell, solutions collapsed (and one opens on click). Chapter pages also
 need their Colab, .ipynb download, repository and issue buttons, a number in the table of
-contents, and a numbered caption for every figure cell.
+contents, and a numbered caption for every figure cell. Chinese text (book/zh.md, and
+its title in the chapter list) must be drawn with real glyphs, not boxes.
 
 On every screen (issue 12), at 400 px (a phone) and 1400 px: the visible chapter-list
 and page-contents buttons open what they name, the launch and download menus open with
@@ -109,6 +110,7 @@ def test_page(browser, site, rel):
     problems += pagecheck.figure_size_problems(browser, COLUMN_PX)
     problems += pagecheck.solution_problems(browser)
     problems += pagecheck.authoring_mark_problems(browser)
+    problems += pagecheck.cjk_glyph_problems(browser)
     opened = pagecheck.open_first_solution(browser)
     if opened is False:
         problems.append('a collapsed solution did not open when clicked')

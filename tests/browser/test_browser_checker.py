@@ -303,3 +303,34 @@ def test_code_cut_on_a_phone_is_caught(browser, site):
                for p in pagecheck.cut_code_problems(browser))
     open_page(browser, site, 'nav-good.html', NAV_PAGE, pagecheck.PHONE)
     assert pagecheck.cut_code_problems(browser) == []
+
+
+# ------------------------------------------------------------------- Chinese text
+ZH_PAGE = """<!DOCTYPE html><html><head><meta charset="utf-8"><title>zh</title></head>
+<body><article><h1>中文读者</h1><p>数据并行：每个设备计算小批量的一部分梯度。</p>
+</article></body></html>"""
+# fontconfig's own configuration less every font that covers Chinese, Japanese or
+# Korean: the browser of a machine without a CJK font (boxes for every character)
+NO_CJK_FONTS = """<?xml version="1.0"?>
+<!DOCTYPE fontconfig SYSTEM "urn:fontconfig:fonts.dtd">
+<fontconfig><include ignore_missing="yes">/etc/fonts/fonts.conf</include>
+<selectfont><rejectfont>
+<pattern><patelt name="lang"><string>zh</string></patelt></pattern>
+<pattern><patelt name="lang"><string>ja</string></patelt></pattern>
+<pattern><patelt name="lang"><string>ko</string></patelt></pattern>
+</rejectfont></selectfont></fontconfig>"""
+
+
+def test_chinese_text_drawn_with_a_cjk_font_passes(browser, site):
+    open_page(browser, site, 'zh.html', ZH_PAGE)
+    assert pagecheck.cjk_glyph_problems(browser) == []
+
+
+def test_chinese_text_without_a_cjk_font_is_caught(site, tmp_path):
+    conf = tmp_path / 'fonts.conf'
+    conf.write_text(NO_CJK_FONTS)
+    with pagecheck.chromium(tmp_path / 'profile',
+                           env={'FONTCONFIG_FILE': str(conf)}) as no_cjk:
+        open_page(no_cjk, site, 'zh.html', ZH_PAGE)
+        problems = pagecheck.cjk_glyph_problems(no_cjk)
+    assert len(problems) == 1 and 'without glyphs' in problems[0], problems

@@ -82,12 +82,31 @@ def test_setup_installs_chromium_with_one_apt_get_when_both_files_are_missing(
     """make -j3's setup: a second apt-get at once fails on apt's lock (seen in CI)."""
     plan = subprocess.run(['make', '-n', '-j3', 'chromium',
                            f'CHROMIUM={tmp_path / "chromium"}',
-                           f'CHROMEDRIVER={tmp_path / "chromedriver"}'],
+                           f'CHROMEDRIVER={tmp_path / "chromedriver"}',
+                           f'CJK_FONT={tmp_path / "font.ttc"}'],
                           cwd=ROOT, env=make_env, capture_output=True, text=True,
                           timeout=60)
     assert plan.returncode == 0, plan.stderr
     assert plan.stdout.count('apt-get install') == 1, plan.stdout
     assert plan.stdout.count('apt-get update') == 1, plan.stdout
+    words = plan.stdout.replace('\\\n', ' ').split()
+    for package in ('chromium', 'chromium-driver', 'fonts-wqy-microhei'):
+        assert package in words, plan.stdout
+
+
+def test_setup_installs_only_the_missing_font(tmp_path, make_env):
+    """CI brings its own Chrome: apt-get installs the CJK font (book/zh.md) alone."""
+    for name in ('chrome', 'chromedriver'):
+        (tmp_path / name).write_text('')
+    plan = subprocess.run(['make', '-n', 'chromium', f'CHROMIUM={tmp_path / "chrome"}',
+                           f'CHROMEDRIVER={tmp_path / "chromedriver"}',
+                           f'CJK_FONT={tmp_path / "font.ttc"}'],
+                          cwd=ROOT, env=make_env, capture_output=True, text=True,
+                          timeout=60)
+    assert plan.returncode == 0, plan.stderr
+    words = plan.stdout.replace('\\\n', ' ').split()
+    assert 'fonts-wqy-microhei' in words, plan.stdout
+    assert 'chromium' not in words and 'chromium-driver' not in words, plan.stdout
 
 
 @pytest.mark.parametrize('target', ['test', 'nbval'])
