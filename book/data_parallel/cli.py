@@ -34,6 +34,37 @@ def positive_float(text):
     return value
 
 
+def add_batch_size(parser, default, most=None, nargs=None,
+                   help='global minibatch, split evenly over all processes'):
+    """Add --batch-size: a global minibatch, of which each process takes a k-th."""
+    parser.add_argument('--batch-size', type=at_least(1, int, most), default=default,
+                        nargs=nargs, help=help)
+    parser.set_defaults(batch_is_global=True)  # what batch_problem looks for
+
+
+def batch_problem(args, world_size):
+    """The line refusing a global --batch-size that world_size cannot split, or None."""
+    # DDP averages the processes' mean losses, which is the mean over the batch only
+    # when their parts are equal: an empty part (batch 1 over 2) would halve the step
+    if not getattr(args, 'batch_is_global', False):
+        return None
+    sizes = args.batch_size if isinstance(args.batch_size, list) else [args.batch_size]
+    for size in sizes:
+        if size % world_size:
+            return (f'--batch-size {size} does not split evenly over {world_size} '
+                    f'processes: use a multiple of {world_size}.')
+    return None
+
+
+def check_batch(args, rank, world_size):
+    """Stop every process of a job on batch_problem's line, which rank 0 prints."""
+    problem = batch_problem(args, world_size)
+    # Called after init_process_group, so that all leave together: had one left first,
+    # torchrun could stop rank 0 before it printed the line
+    if problem:
+        raise SystemExit(problem if rank == 0 else 1)
+
+
 class JobArgumentError(ValueError):
     """Arguments that a job's program would refuse: one line, raised before torchrun."""
 
@@ -41,11 +72,12 @@ class JobArgumentError(ValueError):
         return [str(self)]
 
 
-def check_arguments(module, module_args):
+def check_arguments(module, module_args, world_size=None):
     """Raise JobArgumentError with the program's own error line if it refuses the args.
 
     The program's parse_args runs here, in the caller's process, so that a mistake costs
     one line and no job: in a worker, torchrun would add its report of the failure.
+    Given world_size, a global --batch-size must split evenly (batch_problem).
     """
     parse_args = getattr(importlib.import_module(module), 'parse_args', None)
     if parse_args is None:
@@ -53,7 +85,7 @@ def check_arguments(module, module_args):
     said = io.StringIO()
     try:
         with contextlib.redirect_stderr(said), contextlib.redirect_stdout(None):
-            parse_args([str(arg) for arg in module_args])
+            args = parse_args([str(arg) for arg in module_args])
     except SystemExit as stop:
         if stop.code:  # argparse prints usage, then "prog: error: ..." last
             raise JobArgumentError(said.getvalue().strip().splitlines()[-1]) from None
@@ -61,3 +93,6 @@ def check_arguments(module, module_args):
         raise JobArgumentError(f'{module} {" ".join(map(str, module_args))}: --help is '
                                'not a job: run `python -m '
                                f'{module} --help` to read the usage.') from None
+    problem = world_size and batch_problem(args, world_size)
+    if problem:
+        raise JobArgumentError(problem)

@@ -103,8 +103,32 @@ def read_fashion_mnist(train, root=None):
     if not isinstance(train, bool):
         raise ValueError(
             f'train={train!r}: pass True (training set) or False (test set).')
-    root = Path(root) if root is not None else data_root()
-    raw = root / 'FashionMNIST' / 'raw'
+    folder = Path(root) if root is not None else data_root()
+    raw = folder / 'FashionMNIST' / 'raw'
+    try:
+        if folder.is_file():  # else torchvision's "Not a directory" reads as no network
+            raise _not_a_folder(folder, root)
+        return _read_or_download(folder, raw, train)
+    except PermissionError as error:  # a folder this user may not search, or a file
+        raise DataUnavailableError(
+            f'cannot read {raw} ({error.strerror}): let this user read it, or set '
+            f'{DATA_ENV} to a readable folder that holds FashionMNIST/raw/.') from None
+
+
+def _not_a_folder(folder, root):
+    """DataUnavailableError for a data folder that is a file, named as it was chosen."""
+    if os.environ.get(DATA_ENV) and folder == data_root():  # also passed on as root
+        where, advice = f'{DATA_ENV}={folder}', 'set it to a folder'
+    elif root is not None:  # the caller's argument
+        where, advice = f'root={root}', 'pass a folder'
+    else:  # the default: data/ in the work folder
+        where, advice = folder, f'set {DATA_ENV} to a folder'
+    return DataUnavailableError(f'{where} is a file, not a folder: {advice} that holds '
+                                'FashionMNIST/raw/.')
+
+
+def _read_or_download(root, raw, train):
+    """The tensors from raw, downloaded there by torchvision first if need be."""
     _check_sizes(raw, train)  # a truncated file: named, not downloaded over
     if all((raw / name).is_file() for name, _ in _FILES[train]):
         return _read_idx(raw, train)

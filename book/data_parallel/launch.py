@@ -37,10 +37,10 @@ def torchrun_command(module_args=(), world_size=2, max_restarts=0, module=TRAINE
     """(environment, argv) for torchrun on this machine; --standalone finds a free port.
 
     torchrun starts `python -m module`, or the file `script` when one is given. The
-    module's arguments are checked first (check_arguments).
+    module's arguments are checked first (check_arguments), with world_size.
     """
     if script is None:
-        check_arguments(module, module_args)
+        check_arguments(module, module_args, world_size)
     # Restarted workers must not reuse the previous attempt's rendezvous store, whose
     # stale addresses make them connect to dead peers (pytorch/pytorch#135712).
     env = {'TORCH_DISABLE_SHARE_RDZV_TCP_STORE': '1'} if max_restarts else {}
@@ -54,6 +54,7 @@ def torchrun_command(module_args=(), world_size=2, max_restarts=0, module=TRAINE
 def multinode_command(node_rank, addr, port, ifname, module_args=(), nnodes=2,
                       nproc_per_node=2, module=TRAINER):
     """(environment, argv) for one node of a multi-machine job, as the chapter shows."""
+    check_arguments(module, module_args, nnodes * nproc_per_node)
     env = {'GLOO_SOCKET_IFNAME': ifname, 'NCCL_SOCKET_IFNAME': ifname}
     argv = [sys.executable, '-m', 'torch.distributed.run', f'--nnodes={nnodes}',
             f'--nproc-per-node={nproc_per_node}', f'--node-rank={node_rank}',

@@ -53,7 +53,7 @@ from torch.utils.data import BatchSampler, DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
 from . import data, devices, snapshot
-from .cli import at_least, positive_float
+from .cli import add_batch_size, at_least, check_batch, positive_float
 from .models import build_model
 from .results import print_result
 
@@ -102,9 +102,7 @@ def train(args):
     device = devices.setup()
     rank, world_size = dist.get_rank(), dist.get_world_size()
     log = (lambda *a: print(*a, flush=True)) if rank == 0 else (lambda *a: None)
-    if args.batch_size % world_size:
-        raise SystemExit(f'--batch-size {args.batch_size} does not split evenly over '
-                         f'{world_size} processes: use a multiple of {world_size}.')
+    check_batch(args, rank, world_size)  # B = kb, or every process stops
     X, y, X_test, y_test = read_data(args.num_train, args.num_test)
     X_test, y_test = X_test.to(device), y_test.to(device)  # once, for every evaluation
     per_process_batch = args.batch_size // world_size
@@ -177,8 +175,7 @@ def parse_args(argv=None, prog='torchrun ... -m data_parallel.train_ddp'):
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument('--model', choices=['lenet', 'resnet18'], default='lenet')
     parser.add_argument('--epochs', type=at_least(1, int), default=10)
-    parser.add_argument('--batch-size', type=at_least(1, int), default=256,
-                        help='global minibatch, split evenly over all processes')
+    add_batch_size(parser, 256)
     parser.add_argument('--lr', type=positive_float, default=0.2)
     parser.add_argument('--seed', type=at_least(0, int), default=0)
     parser.add_argument('--num-train', type=at_least(1, int), default=None,

@@ -104,3 +104,33 @@ def test_allreduce_of_more_than_memory_stops_in_one_line(fashion_root):
         'torchrun exited with code 1:',
         '--mb 1e+09: 1e+06 GB per process do not fit in the memory of cpu: '
         'use a smaller --mb.']
+
+
+def unchecked(module, world_size, *args):
+    """torchrun's command as a reader types it: launch's check does not run first."""
+    return [sys.executable, '-m', 'torch.distributed.run', '--standalone',
+            f'--nproc-per-node={world_size}', '-m', module, *map(str, args)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('module, world_size, args, size', [
+    (launch.TRAINER, 4, ['--batch-size', 2, '--epochs', 1, '--num-train', 64], 2),  # C8
+    ('data_parallel.jobs.perf_workers', 2, ['train', '--batch-size', 1, '--steps', 1,
+                                            '--warmup', 0, '--impls', 'ddp', 'flat'],
+     1),  # C9
+    ('data_parallel.jobs.wire_workers', 2, ['measure', '--batch-size', 3, '--steps', 1,
+                                            '--warmup', 0, '--hidden', 8,
+                                            '--variants', 'compute'], 3),  # C9
+])
+def test_a_batch_that_does_not_split_evenly_stops_the_job_in_one_line(
+        fashion_root, module, world_size, args, size):
+    """C8, C9: every rank said it (train_ddp), or the job ran on with an empty or a
+    smaller shard and a wrong step (perf_workers, wire_workers)."""
+    line = (f'--batch-size {size} does not split evenly over {world_size} processes: '
+            f'use a multiple of {world_size}.')
+    with pytest.raises(RuntimeError) as error:
+        launch.launch(unchecked(module, world_size, *args),
+                      env={'CUDA_VISIBLE_DEVICES': ''}, timeout=180)
+    said = str(error.value).splitlines()
+    assert said[0] == 'torchrun exited with code 1:' and said[-1] == line, said
+    assert said.count(line) == 1 and 'Traceback' not in str(error.value), said

@@ -1,5 +1,6 @@
-"""shard_workers' DCP snapshot folders: a file given as the folder, and a folder from
-another configuration, each named in one line before any training, nothing changed.
+"""shard_workers' DCP snapshot folders: a file given as the folder, a folder from
+another configuration and a newest step with a file missing, each named in one line
+before any training, nothing changed; a stray step-old is passed over.
 Jobs of 1 process on the CPU (gloo), a few steps of the small MLP."""
 import json
 import shutil
@@ -89,3 +90,25 @@ def test_the_same_flags_resume(tmp_path, saved):
     out = run(*FLAGS, '--steps', 3, '--snapshot', folder)
     assert 'resumed from the snapshot taken after step 2' in out
     assert sorted(p.name for p in folder.iterdir()) == ['step-1', 'step-2', 'step-3']
+
+
+def test_an_incomplete_newest_step_is_named(tmp_path, saved):
+    """C14: a shard deleted (or never copied) was a DCP traceback on every rank."""
+    folder = shutil.copytree(saved, tmp_path / 'snapshots')
+    (folder / 'step-2' / '__0_0.distcp').unlink()
+    before = contents(folder)
+    error = failure(*FLAGS, '--steps', 4, '--snapshot', folder)
+    assert f'--snapshot {folder / "step-2"} is incomplete (__0_0.distcp missing): ' \
+           'remove that folder to resume from the one before it.' in error
+    assert 'Traceback (most recent' not in error and 'resumed from' not in error
+    assert contents(folder) == before
+
+
+def test_a_stray_step_folder_is_ignored(tmp_path, saved):
+    """C14: step-old was `ValueError: invalid literal for int()` on rank 0."""
+    folder = shutil.copytree(saved, tmp_path / 'snapshots')
+    (folder / 'step-old').mkdir()
+    (folder / 'step-old' / '.metadata').write_bytes(b'')
+    out = run(*FLAGS, '--steps', 3, '--snapshot', folder)
+    assert 'resumed from the snapshot taken after step 2' in out
+    assert (folder / 'step-3' / '.metadata').is_file()

@@ -149,8 +149,10 @@ def test_killed_fsdp2_job_resumes_from_dcp_and_equals_an_uninterrupted_run(
         torch.testing.assert_close(x, y, rtol=0, atol=1e-6)
 
 
-def test_uneven_global_batch_stops_with_one_line(fashion_root):
-    with pytest.raises(RuntimeError, match='--batch-size 241 does not split evenly'):
+def test_uneven_global_batch_stops_with_one_line():
+    """Refused before torchrun starts (the workers': test_bad_input_programs.py)."""
+    with pytest.raises(launch.JobArgumentError, match='^--batch-size 241 does not '
+                       'split evenly over 2 processes: use a multiple of 2.$'):
         run(2, 'zero1', '--batch-size', 241, '--steps', 1)
 
 

@@ -7,6 +7,7 @@ notebook runner refuses a file that is not a notebook (case 19).
 """
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -128,3 +129,95 @@ def test_a_relative_data_folder_is_made_absolute(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(dp.DATA_ENV, 'data')
     assert dp.data_root() == tmp_path / 'data'
+
+
+# --- Issue 42: the reliability review's commands C5, C6, C8 and C9 -------------------
+
+UNEVEN = ('--batch-size {} does not split evenly over {} processes: use a multiple '
+          'of {}.')
+
+
+@pytest.mark.parametrize('module, args, world_size, size', [
+    (launch.TRAINER, ['--batch-size', 2], 4, 2),  # C8
+    (launch.TRAINER, [], 3, 256),  # the default batch
+    ('data_parallel.jobs.perf_workers', ['train', '--batch-size', 1], 2, 1),  # C9
+    ('data_parallel.jobs.perf_workers', ['train', '--batch-size', 256, 3], 2, 3),
+    ('data_parallel.jobs.wire_workers', ['measure', '--batch-size', 3], 2, 3),  # C9
+    ('data_parallel.jobs.shard_workers', ['zero1', '--batch-size', 241], 2, 241),
+])
+def test_launch_refuses_a_batch_that_does_not_split_evenly(module, args, world_size,
+                                                           size, capsys):
+    """Before torchrun: in the job, an empty or a smaller shard would skew the step."""
+    with pytest.raises(launch.JobArgumentError) as error:
+        launch.torchrun_command(args, world_size=world_size, module=module)
+    assert str(error.value) == UNEVEN.format(size, world_size, world_size)
+    assert capsys.readouterr() == ('', '')
+
+
+def test_a_job_of_two_machines_splits_its_batch_over_all_their_processes():
+    with pytest.raises(launch.JobArgumentError, match='^' + UNEVEN.format(6, 4, 4)):
+        launch.multinode_command(0, '127.0.0.1', 29500, 'lo', ['--batch-size', 6])
+
+
+@pytest.mark.parametrize('module, args', [
+    ('data_parallel.jobs.tp_workers', ['check', '--batch-size', 3]),  # whole on each
+    ('data_parallel.jobs.perf_workers', ['allreduce']),  # no batch
+])
+def test_a_batch_that_is_not_split_over_the_processes_is_not_checked(module, args):
+    _, argv = launch.torchrun_command(args, world_size=2, module=module)
+    assert argv[-len(args):] == [str(arg) for arg in args]
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    """torchvision's mirrors at a closed port: a download fails at once."""
+    import torchvision
+    monkeypatch.setattr(torchvision.datasets.FashionMNIST, 'mirrors',
+                        ['http://127.0.0.1:9/'])
+
+
+def test_a_data_folder_that_is_a_file_is_named_by_its_variable(tmp_path, monkeypatch,
+                                                               offline):
+    """C5: the line was torchvision's "Not a directory" from a failed download."""
+    path = tmp_path / 'hostname'
+    path.write_text('a file\n')
+    monkeypatch.setenv(dp.DATA_ENV, str(path))
+    with pytest.raises(dp.DataUnavailableError) as error:
+        dp.read_fashion_mnist(True)
+    assert str(error.value) == (f'MULTIGPU_DATA={path} is a file, not a folder: set '
+                                'it to a folder that holds FashionMNIST/raw/.')
+    assert list(tmp_path.iterdir()) == [path] and path.read_text() == 'a file\n'
+
+
+def denied(path):
+    """What the OS raises for path when this user may not search a folder above it."""
+    return PermissionError(13, 'Permission denied', str(path))
+
+
+def test_a_data_folder_this_user_cannot_search_is_named(tmp_path, monkeypatch, offline):
+    """C6: pathlib's is_file raises PermissionError there (root never sees it)."""
+    locked, stat = tmp_path / 'locked', Path.stat
+
+    def stat_as_another_user(self, **kw):
+        if locked in self.parents:
+            raise denied(self)
+        return stat(self, **kw)
+    monkeypatch.setattr(Path, 'stat', stat_as_another_user)
+    with pytest.raises(dp.DataUnavailableError) as error:
+        dp.read_fashion_mnist(True, locked / 'd')
+    raw = locked / 'd' / 'FashionMNIST' / 'raw'
+    assert str(error.value) == (
+        f'cannot read {raw} (Permission denied): let this user read it, or set '
+        'MULTIGPU_DATA to a readable folder that holds FashionMNIST/raw/.')
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_data_file_this_user_cannot_read_is_named(fashion_root, monkeypatch):
+    """C6: the file is there, with its size, but open() is refused."""
+    def read_as_another_user(self):
+        raise denied(self)
+    monkeypatch.setattr(Path, 'read_bytes', read_as_another_user)
+    with pytest.raises(dp.DataUnavailableError) as error:
+        dp.read_fashion_mnist(False)
+    assert str(error.value).startswith(
+        f'cannot read {fashion_root}/FashionMNIST/raw (Permission denied): ')

@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from .. import devices
+from ..cli import check_batch
 from ..data import DataUnavailableError
 from ..results import print_result
 
@@ -48,14 +49,6 @@ def check_exact(checks, device):
             if not torch.equal(fn(x), want(expected)):
                 raise SystemExit(f'{name} differs from all_reduce for n={n}')
     return True
-
-
-def check_batch(batch_size):
-    """DDP averages the ranks' mean losses: equal shards make that the full mean."""
-    world_size = dist.get_world_size()
-    if batch_size % world_size:
-        raise SystemExit(f'--batch-size {batch_size} does not split evenly over '
-                         f'{world_size} processes: use a multiple of {world_size}.')
 
 
 def rank_0_check(check, *args):
@@ -149,6 +142,7 @@ def run_mode(modes, args, example):
         raise SystemExit(f'Start this module with torchrun, for example: {example}')
     device = devices.setup()  # the book's device policy (one core per CPU process)
     try:
+        check_batch(args, dist.get_rank(), dist.get_world_size())  # any --batch-size
         result = modes[args.mode](args, device)
         if dist.get_rank() == 0:
             print_result(result)

@@ -28,7 +28,7 @@ import torch.distributed as dist
 from torch import nn
 
 from .. import collectives, devices, scratch
-from ..cli import at_least, positive_float
+from ..cli import add_batch_size, at_least, positive_float
 from ..data import TRAIN_SIZE, read_in_job
 from ..models import LeNet
 from ..performance import FlatParams
@@ -169,8 +169,7 @@ def parse_args(argv=None):
     a.add_argument('--mb', type=positive_float, default=25.0)
     a.add_argument('--repeats', type=at_least(1, int), default=5)
     t = sub.add_parser('train')
-    t.add_argument('--batch-size', type=at_least(1, int, TRAIN_SIZE), nargs='+',
-                   default=[256],
+    add_batch_size(t, [256], TRAIN_SIZE, nargs='+',
                    help='global minibatch(es), split evenly over all processes')
     t.add_argument('--steps', type=at_least(1, int), default=20)
     t.add_argument('--warmup', type=at_least(0, int), default=3)

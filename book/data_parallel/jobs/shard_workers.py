@@ -38,13 +38,13 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .. import collectives, devices, files, scratch, sharding
-from ..cli import at_least, positive_float
+from ..cli import add_batch_size, at_least, positive_float
 from ..data import TRAIN_SIZE, read_in_job
 from ..models import LeNet, mlp
 from ..performance import FlatParams
-from .measure import (check_batch, check_exact, every_rank, local_batches,
-                      max_difference, optimizer_state_bytes, rank_0_check, run_mode,
-                      tensor_bytes, timed_steps)
+from .measure import (check_exact, every_rank, local_batches, max_difference,
+                      optimizer_state_bytes, rank_0_check, run_mode, tensor_bytes,
+                      timed_steps)
 
 
 # --- zero1: the chapter's from-scratch ZeRO-1 ----------------------------------------
@@ -58,7 +58,6 @@ def check_collectives(device):
 
 
 def zero1(args, device):
-    check_batch(args.batch_size)
     check_collectives(device)
     X, y, _, _ = read_in_job()  # local rank 0 first
     batches = local_batches(X, y, args.batch_size, args.steps, device)
@@ -87,8 +86,7 @@ def zero1(args, device):
     difference = max_difference([p.detach().cpu() for p in replica.params],
                                 [p.detach().cpu() for p in model.parameters()])
     return {'world_size': dist.get_world_size(), 'backend': dist.get_backend(),
-            'checked': True,
-            'num_params': replica.data.numel(), 'steps': args.steps,
+            'checked': True, 'num_params': replica.data.numel(), 'steps': args.steps,
             'max_difference': max(every_rank(difference)),
             'momentum_values': every_rank(momentum.numel()),
             'socket_bytes_per_step': {'ddp': ddp_bytes, 'zero1': zero_bytes},
@@ -135,7 +133,8 @@ def latest_snapshot(folder):
     """The last complete snapshot (DCP writes .metadata once every rank is done)."""
     found = None
     if dist.get_rank() == 0 and folder.exists():
-        done = [p for p in folder.glob('step-*') if (p / '.metadata').exists()]
+        done = [p for p in folder.glob('step-*')  # not a stray step-old
+                if p.name[5:].isdecimal() and (p / '.metadata').exists()]
         found = str(max(done, key=lambda p: int(p.name[5:]))) if done else None
     box = [found]
     dist.broadcast_object_list(box, src=0)
@@ -159,6 +158,16 @@ def load_snapshot(path, model, optimizer):
     dcp.load(state, checkpoint_id=path)  # each rank reads the shards it owns
     set_state_dict(model, optimizer, model_state_dict=state['model'],
                    optim_state_dict=state['optimizer'])
+
+
+def missing_files(path):
+    """One line when a file that path's .metadata lists is not there, or None."""
+    listed = dcp.FileSystemReader(path).read_metadata().storage_data.values()
+    missing = sorted({info.relative_path for info in listed} - set(os.listdir(path)))
+    if missing:  # lost or not copied since: DCP writes .metadata after every file
+        return (f'--snapshot {path} is incomplete ({", ".join(missing)} missing): '
+                'remove that folder to resume from the one before it.')
+    return None
 
 
 def snapshot_config(args):
@@ -193,6 +202,7 @@ def train_with_snapshots(step, batches, module, optimizer, args):
     rank_0_check(files.writable_folder, folder, '--snapshot', folder)  # a folder
     path = latest_snapshot(folder)
     if path:
+        rank_0_check(missing_files, path)
         rank_0_check(config_problem, path, args)
         load_snapshot(path, module, optimizer)
         start = int(Path(path).name[5:])
@@ -213,15 +223,14 @@ def train_with_snapshots(step, batches, module, optimizer, args):
 
 
 def train(args, device):
-    check_batch(args.batch_size)
     if args.snapshot and args.impls != ['fsdp']:
         raise SystemExit('--snapshot works with --impls fsdp alone.')
     X, y, _, _ = read_in_job()  # local rank 0 first
     batches = local_batches(X, y, args.batch_size, args.steps, device)
     loss_fn = nn.CrossEntropyLoss()
-    record = {'world_size': dist.get_world_size(), 'backend': dist.get_backend(), 'optimizer': args.optimizer,
-              'steps': args.steps, 'reshard': args.reshard, 'impls': {},
-              'restarts': devices.restart_count()}
+    record = {'world_size': dist.get_world_size(), 'backend': dist.get_backend(),
+              'optimizer': args.optimizer, 'steps': args.steps, 'reshard': args.reshard,
+              'impls': {}, 'restarts': devices.restart_count()}
     finals = {}
     for impl in args.impls:
         net, module, optimizer = build(impl, args, device)
@@ -257,8 +266,7 @@ def parse_args(argv=None):
         description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest='mode', required=True)
     z = sub.add_parser('zero1')
-    z.add_argument('--batch-size', type=at_least(1, int, TRAIN_SIZE), default=240,
-                   help='global minibatch, split evenly over all processes')
+    add_batch_size(z, 240, TRAIN_SIZE)
     z.add_argument('--steps', type=at_least(1, int), default=3)
     z.add_argument('--lr', type=positive_float, default=0.1)
     z.add_argument('--momentum', type=positive_float, default=0.9)
@@ -266,8 +274,7 @@ def parse_args(argv=None):
     t.add_argument('--impls', nargs='+', default=['ddp', 'zero', 'fsdp'],
                    choices=['ddp', 'zero', 'fsdp'])
     t.add_argument('--optimizer', choices=['adam', 'momentum'], default='adam')
-    t.add_argument('--batch-size', type=at_least(1, int, TRAIN_SIZE), default=240,
-                   help='global minibatch, split evenly over all processes')
+    add_batch_size(t, 240, TRAIN_SIZE)
     t.add_argument('--steps', type=at_least(1, int), default=3)
     t.add_argument('--lr', type=positive_float, default=1e-3)
     t.add_argument('--hidden', type=at_least(1, int), default=256)

@@ -29,7 +29,7 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
 from .. import devices
-from ..cli import at_least, positive_float
+from ..cli import add_batch_size, at_least, positive_float
 from ..data import TRAIN_SIZE, TensorBatches, read_in_job
 from ..models import deep_mlp
 from ..scratch import evaluate_accuracy
@@ -162,8 +162,8 @@ def parse_args(argv=None):
                         help='width of the MLP: 784h + (L - 1)h^2 + 10h weights, about')
     parser.add_argument('--layers', type=at_least(1, int, 64), default=2,
                         help='hidden layers L of the MLP: more layers, more buckets')
-    parser.add_argument('--batch-size', type=at_least(1, int, TRAIN_SIZE), default=256,
-                        help='global (micro-)batch, split evenly over all processes')
+    add_batch_size(parser, 256, TRAIN_SIZE,
+                   help='global (micro-)batch, split evenly over all processes')
     parser.add_argument('--steps', type=at_least(1, int), default=5)
     parser.add_argument('--warmup', type=at_least(0, int), default=2)
     parser.add_argument('--lr', type=positive_float, default=0.1)
