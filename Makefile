@@ -9,6 +9,7 @@
 #   make mutations  plant each bug the book names in a copy (tests/mutations/): the unit
 #                   tests and the chapters' own checks must fail on each, pass without
 #   make browser-check  build the book and check every page in headless Chromium
+#   make pdf        the whole book as one PDF, _build/pdf/book.pdf (headless Chromium)
 #   make gpu-check  on a GPU machine: the CUDA paths, chapters 1-6, the DDP jobs
 #   make execute    re-run every notebook in place here (refresh the stored outputs)
 #   make lab        JupyterLab on the reader copies, to run the chapters yourself
@@ -143,7 +144,7 @@ $(CHROMIUM) $(CHROMEDRIVER) $(CJK_FONT) &:
 browser-check: book chromium
 	@# pages are independent: spread over JOBS browsers one by one (--dist load)
 	CHROMIUM=$(CHROMIUM) CHROMEDRIVER=$(CHROMEDRIVER) $(PY) -m pytest \
-	  $(if $(XDIST),-n $(JOBS) --dist load) tests/browser
+	  $(if $(XDIST),-n $(JOBS) --dist load) --ignore=tests/browser/test_pdf.py tests/browser
 
 logo:
 	$(PYTHON) tools/make_logo.py book/logo.svg
@@ -152,6 +153,15 @@ logo:
 .PHONY: figures
 figures: $(STAMP)
 	$(PY) -c "import data_parallel as dp; dp.write_book_figures('book')"
+
+# The whole book as one PDF: Sphinx's single page (strict, as make book), printed on A4
+# by the browser check's Chromium once MathJax has typeset it (tools/make_pdf.py), then
+# read back by tests/browser/test_pdf.py. pages.yml publishes it beside the HTML.
+.PHONY: pdf
+pdf: $(STAMP) $(MATHJAX) chromium
+	$(VENV)/bin/jupyter-book build --all -W -n --keep-going --builder singlehtml .
+	CHROMIUM=$(CHROMIUM) CHROMEDRIVER=$(CHROMEDRIVER) $(PY) -m tools.make_pdf
+	$(PY) -m pytest -q tests/browser/test_pdf.py
 
 .PHONY: benchmark gpu-check mutations
 

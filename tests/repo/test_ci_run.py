@@ -42,9 +42,9 @@ def test_stages_run_in_order_and_print_their_times(tmp_path):
     rc, out, targets = ci(tmp_path, budget=600)
     assert rc == 0, out
     assert targets == ['-j3 .venv/.installed chromium mathjax', 'test', 'mutations',
-                       'browser-check', 'speed']
+                       'browser-check', 'pdf', 'speed']
     for stage in ('setup', 'make test', 'make mutations', 'make browser-check',
-                  'make speed'):
+                  'make pdf', 'make speed'):
         assert f'ci: {stage} took ' in out, out
 
 
@@ -53,7 +53,7 @@ def test_the_whole_run_has_85_minutes_unless_told_otherwise(tmp_path):
     rc, out, _ = ci(tmp_path, budget=None)
     assert rc == 0, out
     times = [line for line in out.splitlines() if line.startswith('ci: ')]
-    assert len(times) == 5 and all(line.endswith(' of the 5100 s budget)')
+    assert len(times) == 6 and all(line.endswith(' of the 5100 s budget)')
                                    for line in times), out
 
 

@@ -172,6 +172,18 @@ def check_pages(doc, **_):
     needs = deploy.get('needs')
     assert built_by and built_by[0] in [needs] + list(needs or []), (built_by, needs)
     assert all(job.get('timeout-minutes', 0) > 0 for job in doc['jobs'].values())
+    # the whole book as one PDF, beside the HTML it was built with, where the intro
+    # links it
+    build = doc['jobs'][built_by[0]]['steps']
+    runs = [step.get('run', '') for step in build]
+    pdf = [i for i, run in enumerate(runs) if re.match(r'make pdf(\s|$)', run)]
+    assert pdf and runs.index('make book') < pdf[0] < build.index(upload), runs
+    assert 'cp _build/pdf/book.pdf _build/html/book.pdf' in runs[pdf[0]], runs[pdf[0]]
+    chrome, = uses(doc, 'browser-actions/setup-chrome')  # apt's chromium is a snap
+    assert build[pdf[0]].get('env', {}).get('CHROMIUM') == \
+        f"${{{{ steps.{chrome['id']}.outputs.chrome-path }}}}", build[pdf[0]]
+    link = f'({reader_copies.book_url()}book.pdf)'
+    assert link in (ROOT / 'book' / 'intro.md').read_text(), f'the intro lacks {link}'
 
 
 def check_runner_safety(doc, **_):
@@ -349,6 +361,21 @@ def edit_run(old, new, where=None):
     return mutate
 
 
+def pages_step(doc, run):
+    """The step of pages.yml's build job whose run starts with `run`."""
+    return next(s for s in doc['jobs']['build']['steps']
+                if s.get('run', '').startswith(run))
+
+
+def drop_pages_step(run):
+    """Mutation: remove that step (and return it)."""
+    def mutate(doc):
+        step = pages_step(doc, run)
+        doc['jobs']['build']['steps'].remove(step)
+        return step
+    return mutate
+
+
 MUTATIONS = {check_ci: {  # the check that must fail: {what is broken: how}
     'tests before the lift': lambda d: d['jobs']['test-and-build']['steps'].reverse(),
     'namespaces stay banned': lambda d: [
@@ -371,6 +398,12 @@ MUTATIONS = {check_ci: {  # the check that must fail: {what is broken: how}
         contents='write'),
     'deploys before the build': lambda d: d['jobs']['deploy'].pop('needs'),
     'no time limit': lambda d: d['jobs']['build'].pop('timeout-minutes'),
+    'no PDF': drop_pages_step('make pdf'),
+    'the PDF left out of the site': lambda d: pages_step(d, 'make pdf').update(
+        run='make pdf'),
+    'the PDF after the upload': lambda d: d['jobs']['build']['steps'].append(
+        drop_pages_step('make pdf')(d)),
+    'apt chromium for the PDF': lambda d: pages_step(d, 'make pdf').pop('env'),
 }, check_runner_safety: {
     'a nightly schedule': lambda d: d['on'].update(schedule=[{'cron': '17 3 * * *'}]),
     'pull requests': lambda d: d['on'].update(pull_request_target=None),
