@@ -15,6 +15,8 @@ import pypdf
 import pytest
 
 from tests.browser.test_browser_book_pages import ROOT, toc_files
+from tools import reader_copies
+from tools.reader_copies import title
 
 # 148 pages measured (12 chapters, A4, solutions open); below, pages went missing;
 # above, the print layout broke (code at screen size, a page per block)
@@ -31,23 +33,13 @@ def squash(text):
 
 
 def chapters():
-    """[(number, notebook)] of the chapters in _toc.yml, numbered from 1."""
-    notebooks = [ROOT / f'{doc}.ipynb' for doc in toc_files()]
-    return list(enumerate([nb for nb in notebooks if nb.exists()], start=1))
+    """[(number, notebook)] of the chapters, as the book numbers them."""
+    return [(number, nb) for nb, number in reader_copies.chapters().items()]
 
 
 def cells(notebook, kind):
     cells = json.loads(notebook.read_text(encoding='utf-8'))['cells']
     return [cell for cell in cells if cell['cell_type'] == kind]
-
-
-def title(notebook):
-    """The chapter's first '# ' heading."""
-    for cell in cells(notebook, 'markdown'):
-        found = re.search(r'^# (.+)$', ''.join(cell['source']), re.MULTILINE)
-        if found:
-            return found.group(1).strip()
-    raise AssertionError(f'{notebook.name} has no "# " title')
 
 
 def figure_captions(notebook):
