@@ -21,6 +21,8 @@ WORKFLOWS = ROOT / '.github' / 'workflows'
 CPU_WHEELS = 'https://download.pytorch.org/whl/cpu'
 CUDA_CHECK = r'torch\.cuda\.is_available\(\)'  # regexes of gpu.yml's steps' run
 MAKE_TEST, MAKE_GPU_CHECK = r'^make test(\s|$)', r'^make gpu-check(\s|$)'
+# an action of this repository (./path), else owner/name[/path] at a commit: a tag moves
+PINNED = re.compile(r'\./\S+|[\w.-]+/[\w./-]+@[0-9a-f]{40}')
 
 
 def load(name):
@@ -30,12 +32,24 @@ def load(name):
     return doc
 
 
+def unpinned(doc):
+    """The actions and reusable workflows that the workflow names by a tag or branch."""
+    jobs = doc['jobs'].values()
+    used = [job.get('uses') for job in jobs] + [
+        step.get('uses') for job in jobs for step in job.get('steps', [])]
+    return [u for u in used if u and not PINNED.fullmatch(u)]
+
+
 @pytest.mark.parametrize('name', sorted(p.name for p in WORKFLOWS.glob('*.yml')))
-def test_workflow_has_jobs_and_only_pages_yml_deploys(name):
+def test_workflow_has_jobs_pins_its_actions_and_only_pages_yml_deploys(name):
     doc = load(name)
     assert doc['jobs'], f'{name} defines no job'
     for job in doc['jobs'].values():
         assert 'runs-on' in job and ('steps' in job or 'uses' in job)
+    assert not unpinned(doc), f'{name}: pin these by commit SHA: {unpinned(doc)}'
+    inline = [step.get('name', step['run']) for job in doc['jobs'].values()
+              for step in job.get('steps', []) if '${{' in step.get('run', '')]
+    assert not inline, f'{name}: pass expressions to a run through env: {inline}'
     if name != 'pages.yml':
         assert 'deploy-pages' not in (WORKFLOWS / name).read_text(), f'{name} deploys'
 
@@ -192,13 +206,30 @@ def check_runner_safety(doc, **_):
     assert doc['on']['push'] == {'branches': ['main']}, doc['on']['push']
     job, = doc['jobs'].values()
     assert 'self-hosted' in job['runs-on'] and 'gpu' in job['runs-on']
-    actions = [s['uses'] for s in job['steps'] if 'uses' in s]
-    pinned = re.compile(r'[\w.-]+/[\w.-]+@[0-9a-f]{40}')  # not a tag that can move
-    assert actions and all(pinned.fullmatch(a) for a in actions), actions
+    assert [s for s in job['steps'] if 'uses' in s] and not unpinned(doc), unpinned(doc)
     assert job.get('timeout-minutes', 0) > 0  # a hang cannot hold the runner
     for step in job['steps']:
         limit = step.get('timeout-minutes')
         assert isinstance(limit, int) and limit > 0, step.get('name', step)
+
+
+def check_only_mains_gpu_yml(doc, **_):
+    """First, stop unless main's gpu.yml runs; CONTRIBUTING.md names the ref to pin."""
+    # workflow_dispatch runs the copy of whatever branch it is started on
+    step = steps(doc)[0]
+    run = step.get('run', '')
+    assert 'GITHUB_WORKFLOW_REF' in run and '${{' not in run, step
+    url = yaml.safe_load((ROOT / '_config.yml').read_text())['repository']['url']
+    ref = f"{url.removeprefix('https://github.com/')}/.github/workflows/gpu.yml"
+    main = f'{ref}@refs/heads/main'
+    assert f'`{main}`' in (ROOT / 'CONTRIBUTING.md').read_text(), main
+    for given, rc in [(main, 0), (f'{ref}@refs/heads/try-gpu', 1),
+                      (f'{ref}@refs/heads/main-old', 1), (f'{ref}@refs/tags/v0.2.0', 1),
+                      (main.replace('/gpu.yml', '/my-gpu.yml'), 1)]:
+        done = bash(step, {'PATH': os.environ['PATH'], 'GITHUB_WORKFLOW_REF': given})
+        said = (done.stdout + done.stderr).splitlines()
+        assert done.returncode == rc and len(said) == rc, (given, done)
+        assert rc == 0 or given in said[0], said
 
 
 def check_venv_and_data_outside_the_workspace(doc, tmp_path, **_):
@@ -332,8 +363,9 @@ def check_order(doc, **_):
 
 
 CHECKS = {check_ci: 'ci.yml', check_pages: 'pages.yml', **dict.fromkeys(
-    [check_runner_safety, check_venv_and_data_outside_the_workspace, check_preflight,
-     check_cuda_step, check_order], 'gpu.yml')}
+    [check_runner_safety, check_only_mains_gpu_yml,
+     check_venv_and_data_outside_the_workspace, check_preflight, check_cuda_step,
+     check_order], 'gpu.yml')}
 
 
 @pytest.mark.parametrize('check', CHECKS, ids=lambda c: c.__name__[len('check_'):])
@@ -407,13 +439,20 @@ MUTATIONS = {check_ci: {  # the check that must fail: {what is broken: how}
 }, check_runner_safety: {
     'a nightly schedule': lambda d: d['on'].update(schedule=[{'cron': '17 3 * * *'}]),
     'pull requests': lambda d: d['on'].update(pull_request_target=None),
-    'an action by tag': lambda d: steps(d)[0].update(uses='actions/checkout@v4'),
+    'an action by tag': lambda d: uses(d, 'actions/checkout')[0].update(
+        uses='actions/checkout@v4'),
     'a step without a time limit': lambda d: steps(d)[-1].pop('timeout-minutes'),
+}, check_only_mains_gpu_yml: {
+    'any branch': edit_run('@refs/heads/main)', '@refs/heads/*)'),
+    'any workflow': edit_run('*/.github/workflows/gpu.yml@', '*@'),
+    'after the checkout': lambda d: steps(d).insert(1, steps(d).pop(0)),
+    'inline': edit_run('${GITHUB_WORKFLOW_REF:-}', '${{ github.workflow_ref }}'),
 }, check_venv_and_data_outside_the_workspace: {
     'data in the workspace': edit_run(  # the preflight uses this cache too
         '${XDG_CACHE_HOME:-$HOME/.cache}', '$GITHUB_WORKSPACE', 'MULTIGPU_DATA='),
     'no MULTIGPU_DATA': edit_run('echo "MULTIGPU_DATA=', 'echo "DATA='),
-    'checkout without clean': lambda d: steps(d)[0].update({'with': {'clean': False}}),
+    'checkout without clean': lambda d: uses(d, 'actions/checkout')[0].update(
+        {'with': {'clean': False}}),
     'make test builds .venv': edit_run(' VENV="$BOOK_VENV"', '', MAKE_TEST),
 }, check_preflight: {
     'never fails': edit_run('  exit 1\n', ''),
