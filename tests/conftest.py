@@ -1,5 +1,9 @@
 """Shared fixtures. The helper package is installed (`pip install -e .`), not put on a path."""
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -62,6 +66,37 @@ def fashion_root():
     if not (root / 'FashionMNIST' / 'raw' / 't10k-images-idx3-ubyte').exists():
         pytest.skip(f'Fashion-MNIST not found: set {dp.DATA_ENV}')
     return root
+
+
+# Drops to uid 65534 (nobody), a stand-in for a reader who is not root: root ignores
+# file modes, so only another user meets a folder it may not enter or write in
+AS_READER = ('setpriv', '--reuid=65534', '--regid=65534', '--clear-groups')
+
+
+@pytest.fixture(scope='session')
+def as_reader():
+    """AS_READER, once this user can drop to uid 65534 and that user can run Python."""
+    if not hasattr(os, 'geteuid') or os.geteuid() != 0 or not shutil.which('setpriv'):
+        pytest.skip('runs as root with setpriv (util-linux), to stand in for a reader')
+    # Through /bin/sh, as torchrun starts its workers: setpriv still holds root's
+    # capabilities when it starts a program, which starts others without them
+    probe = subprocess.run(
+        [*AS_READER, '/bin/sh', '-c', '"$0" -c "import data_parallel"', sys.executable],
+        capture_output=True, text=True, timeout=120, cwd='/')
+    if probe.returncode:
+        said = (probe.stderr.strip().splitlines() or ['no output'])[-1]
+        pytest.skip(f'uid 65534 cannot run {sys.executable} ({said}): put the venv '
+                    'and its Python where every user may read them')
+    return AS_READER
+
+
+@pytest.fixture
+def reader_folder(as_reader):
+    """A fresh folder that uid 65534 may enter (pytest's tmp_path is root's alone)."""
+    folder = Path(tempfile.mkdtemp())
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder)
 
 
 def processes_with(marker):

@@ -13,6 +13,8 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
+from data_parallel import files
+
 
 def coalesce_streams(cell):
     """Merge neighbouring stdout (or stderr) outputs into one, as the cell ended up.
@@ -51,7 +53,8 @@ def execute(path):
     for cell in nb.cells:
         if cell.cell_type == 'code':
             coalesce_streams(cell)
-    nbformat.write(nb, path)
+    # a kill or a full disk mid-write leaves the chapter as it was, not cut short
+    files.write_atomically(path, nbformat.write, nb)
     return time.perf_counter() - start
 
 

@@ -12,7 +12,8 @@ layer or those below it; ``tests/repo/test_layout.py`` checks it):
    ``devices`` (the book's one device policy, a process's ``setup``, synchronising,
    timing), ``data`` (Fashion-MNIST in memory, the article's
    per-image loader), ``launch`` (torchrun jobs from a notebook or a test),
-   ``network`` (a command behind a loopback of a set bandwidth);
+   ``processes`` (what a job started, found and ended), ``network`` (a command
+   behind a loopback of a set bandwidth);
 2. taught code, the ``#@save`` mirrors: ``scratch`` (the article's code, LeNet to the
    data-parallel trainer), ``collectives`` (star and ring allreduce, reduce-scatter,
    all-gather), ``performance`` (flat buffers, the improved step, the cost model),

@@ -3,12 +3,16 @@ import contextlib
 import hashlib
 import math
 import os
+import shutil
 import socket
+import tempfile
+import zlib
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from . import files
 from .paths import DATA_ENV, data_root
 
 
@@ -98,8 +102,9 @@ def _read_intact(path):
     return content
 
 
-def read_fashion_mnist(train, root=None):
-    """Fashion-MNIST in memory: images (n, 1, 28, 28) in [0, 1], and labels."""
+def read_fashion_mnist(train, root=None, download=True):
+    """Fashion-MNIST in memory: images (n, 1, 28, 28) in [0, 1], and labels (fetched
+    first if missing, unless download=False)."""
     if not isinstance(train, bool):
         raise ValueError(
             f'train={train!r}: pass True (training set) or False (test set).')
@@ -108,7 +113,7 @@ def read_fashion_mnist(train, root=None):
     try:
         if folder.is_file():  # else torchvision's "Not a directory" reads as no network
             raise _not_a_folder(folder, root)
-        return _read_or_download(folder, raw, train)
+        return _read_or_download(folder, raw, train, download)
     except PermissionError as error:  # a folder this user may not search, or a file
         raise DataUnavailableError(
             f'cannot read {raw} ({error.strerror}): let this user read it, or set '
@@ -127,17 +132,37 @@ def _not_a_folder(folder, root):
                                 'FashionMNIST/raw/.')
 
 
-def _read_or_download(root, raw, train):
+def _present(raw, train):
+    """Whether the split's files are all in raw (not yet checked)."""
+    return all((raw / name).is_file() for name, _ in _FILES[train])
+
+
+def _read_or_download(root, raw, train, download):
     """The tensors from raw, downloaded there by torchvision first if need be."""
     _check_sizes(raw, train)  # a truncated file: named, not downloaded over
-    if all((raw / name).is_file() for name, _ in _FILES[train]):
-        return _read_idx(raw, train)
-    made = [f for f in (root, root / 'FashionMNIST', raw)
-            if not f.exists()]  # torchvision makes them before it downloads
+    if not _present(raw, train):
+        if not download:  # a job's other processes: the first one's outcome stands
+            raise DataUnavailableError(
+                f'Fashion-MNIST is not in {raw} and download=False: set {DATA_ENV} '
+                'to a folder that holds FashionMNIST/raw/.')
+        _download(root, raw, train)
+        # torchvision checked the archives it fetched; the files it unpacked are read
+        # (and checked) as those found in place
+        _check_sizes(raw, train)
+    return _read_idx(raw, train)
+
+
+def _download(root, raw, train):
+    """Download the files into raw, one downloader at a time; one line if it fails."""
+    made = [f for f in (root, root / 'FashionMNIST', raw) if not f.exists()]
     try:
-        with _socket_timeout(8):  # 2 mirrors x 8 s: a clear error well within 30 s
-            torchvision.datasets.FashionMNIST(root, train=train, download=True)
-    except (RuntimeError, OSError) as error:
+        root.mkdir(parents=True, exist_ok=True)  # where the lock file lives
+        # one download at a time, also from other machines that share the folder
+        with files.lock_file(root / '.download.lock'):
+            if not _present(raw, train):  # else fetched while this process waited
+                _fetch(root, raw, train)
+    # EOFError, zlib.error: an archive that ends early or is corrupt, as gzip says it
+    except (RuntimeError, OSError, EOFError, zlib.error) as error:
         for folder in reversed(made):  # a failed download leaves no empty folder
             with contextlib.suppress(OSError):
                 folder.rmdir()
@@ -148,10 +173,22 @@ def _read_or_download(root, raw, train):
             f'and downloading it failed ({reason}). '
             f'Set {DATA_ENV} to a folder that holds FashionMNIST/raw/, '
             'or run once with internet access.') from None
-    # torchvision checked the archives it fetched; the files it unpacked are read (and
-    # checked) as those found in place
-    _check_sizes(raw, train)
-    return _read_idx(raw, train)
+
+
+def _fetch(root, raw, train):
+    """torchvision's download into a folder of its own, then each file moved to raw."""
+    # in root, so that os.replace is a rename on the same file system: a reader of raw
+    # (another machine's process, which does not wait for the lock) sees whole files
+    tmp = Path(tempfile.mkdtemp(prefix='.download-', dir=root))
+    try:
+        with _socket_timeout(8):  # 2 mirrors x 8 s: a clear error well within 30 s
+            torchvision.datasets.FashionMNIST(tmp, train=train, download=True)
+        raw.mkdir(parents=True, exist_ok=True)
+        for file in sorted((tmp / 'FashionMNIST' / 'raw').iterdir()):
+            # whole files, archives too (as torchvision leaves them in place)
+            os.replace(file, raw / file.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _read_idx(raw, train):
@@ -171,14 +208,17 @@ def _read_idx(raw, train):
 def read_in_job():
     """Training and test tensors in a torchrun job; local rank 0 reads them first.
 
-    The other processes of the machine wait at a barrier until it is done, so that only
-    one of them downloads and extracts the files (torchvision writes them in place).
+    The other processes of the machine wait at a barrier until it is done, then read
+    what it left without downloading: when its download failed, they fail too, and no
+    second download starts (torchrun stops them mid-file when rank 0 exits). Local rank
+    0 of each machine downloads under a lock in the data folder (_download).
     """
     first = int(os.environ.get('LOCAL_RANK', 0)) == 0
     if not first:
         dist.barrier()  # wait until local rank 0 has the files
     try:
-        return (*read_fashion_mnist(True), *read_fashion_mnist(False))
+        return (*read_fashion_mnist(True, download=first),
+                *read_fashion_mnist(False, download=first))
     finally:
         if first:  # also when it failed: the others then fail with the same line
             dist.barrier()

@@ -3,27 +3,24 @@
 The chapters show the commands as a reader would type them (``show_command``) and run
 them through ``launch``, which kills every process a job started when it ends.
 """
-import contextlib
 import os
 import re
+import secrets
 import selectors
 import shlex
-import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-import psutil
-
-from . import network
+from . import network, processes
 from .cli import JobArgumentError, check_arguments  # noqa: F401 (launch's errors)
-from .paths import work_dir
+from .paths import DATA_ENV, work_dir
 from .results import read_result
 
 TRAINER = 'data_parallel.train_ddp'
 """The module that the DDP chapter teaches; ``torchrun -m`` starts it."""
-
 
 def free_port():
     """A TCP port that nothing listens on right now (the OS picks it)."""
@@ -90,13 +87,13 @@ def _what_the_workers_said(out, err, lines=15):
     return '\n'.join(said[-lines:])
 
 
-def _read_lines(procs, echo, deadline, family):
+def _read_lines(procs, echo, deadline, family, mark):
     """Collect every process's stdout and stderr; pass the first stdout's lines to echo.
 
     One loop over the pipes (no threads), so the lines reach echo in the caller's
     thread, which is the thread whose output a notebook cell shows. Twice a second it
     adds the launchers' descendants to family: once a launcher is gone they are
-    orphans, and no longer found below it.
+    orphans, and no longer found below it; then it kills them and the marked ones.
     """
     selector = selectors.DefaultSelector()
     texts = [[[], []] for _ in procs]
@@ -108,10 +105,10 @@ def _read_lines(procs, echo, deadline, family):
             selector.register(pipe, selectors.EVENT_READ, (i, j))
     while selector.get_map():
         if time.monotonic() - looked > 0.5:  # a walk over all processes: milliseconds
-            family |= _descendants(_unreaped(procs))
+            family |= processes.descendants(processes.unreaped(procs))
+            if all(map(processes.ended, procs)):  # gone: end workers holding a pipe
+                processes.kill(procs, family | processes.marked(mark))
             looked = time.monotonic()
-        if all(p.poll() is not None for p in procs):
-            _kill(procs, family)  # the launchers are gone: end workers holding a pipe
         left = deadline - time.monotonic()
         if left <= 0:
             return None
@@ -134,92 +131,6 @@ def _read_lines(procs, echo, deadline, family):
     return [(''.join(out), ''.join(err)) for out, err in texts]
 
 
-# Reading the process table is best effort. A process that vanishes or is not ours
-# raises NoSuchProcess, ZombieProcess or AccessDenied (psutil.Error); a table that
-# cannot be read raises OSError (psutil.pids() lists /proc on Linux), IndexError (an
-# empty /proc: `_LOWEST_PID = ret[0]` in psutil/__init__.py) or what psutil's C code
-# raises elsewhere (RuntimeError on macOS, psutil#910). None of them may stop a job's
-# end: a process that cannot be read is not killed by pid, and _stop still ends the job
-# through torchrun's SIGTERM and the launchers' process groups.
-
-
-def _started(pid):
-    """(pid, start time) of a live process, or None: a pid reused later differs."""
-    try:
-        return pid, psutil.Process(pid).create_time()
-    except Exception:  # gone, or unreadable (see above)
-        return None
-
-
-def _descendants(pids):
-    """Every process below the given ones that can be read, as _started pairs."""
-    found = set()
-    for pid in pids:
-        try:  # children() skips a child that vanishes mid-walk, and a reused pid
-            found |= {(child.pid, child.create_time())  # cached by children()
-                      for child in psutil.Process(pid).children(recursive=True)}
-        except Exception:  # gone, or unreadable (see above)
-            pass
-    return found
-
-
-def _unreaped(procs):
-    """The pids of the launchers not yet reaped: none of them can belong to another."""
-    return [p.pid for p in procs if p.returncode is None]
-
-
-def _kill(procs, family):
-    """SIGKILL the launchers' process groups and every remembered descendant."""
-    for p in procs:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(p.pid, signal.SIGKILL)
-    for pid, start in family:
-        if _started(pid) == (pid, start):  # not a new process that got the same pid
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-
-
-def _stop(procs, family, grace=10):
-    """End a job as torchrun expects: SIGTERM to each launcher, wait, then SIGKILL all.
-
-    torchrun starts each worker in a session of its own (start_new_session in
-    torch/distributed/elastic/multiprocessing/subprocess_handler/subprocess_handler.py),
-    so killing the launcher's group does not reach them; on SIGTERM its agent shuts its
-    workers down ("Received ... death signal, shutting down workers" in
-    torch/distributed/elastic/agent/server/api.py). What survives the grace period is
-    killed, from the list of processes found before any signal was sent.
-    """
-    family = set(family) | _descendants(_unreaped(procs))
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    for p in procs:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-    _kill(procs, family)
-
-
-# Run first in each launcher: it asks Linux to send it SIGTERM when the process that
-# started it dies (PR_SET_PDEATHSIG), so that a notebook kernel killed outright (a
-# shutdown, nbval after Ctrl-C) still ends its jobs, then it becomes the launcher.
-_ORPHAN_GUARD = ('import ctypes, os, signal, sys\n'
-                 'ctypes.CDLL(None).prctl(1, signal.SIGTERM)\n'
-                 'if os.getppid() != int(sys.argv[1]):\n'
-                 '    sys.exit(1)  # the parent died before the request was made\n'
-                 'try:\n'
-                 '    os.execvp(sys.argv[2], sys.argv[2:])\n'
-                 'except OSError as error:\n'
-                 '    sys.exit(f"cannot start {sys.argv[2]}: {error.strerror}")')
-
-
-def _guarded(argv):
-    """argv behind _ORPHAN_GUARD on Linux; unchanged elsewhere."""
-    if not sys.platform.startswith('linux'):
-        return list(argv)
-    return [sys.executable, '-c', _ORPHAN_GUARD, str(os.getpid()), *map(str, argv)]
-
-
 def _print_line(line):
     """Show a job's line in the cell, except its RESULT record (read_result's)."""
     if not line.startswith('RESULT '):
@@ -234,11 +145,12 @@ def launch(*commands, env=None, timeout=900, echo=False, bandwidth=None):
     (rank 0's lines, without the RESULT record); a function given as echo
     receives each line instead. When the commands finish, fail or time out, or the
     caller is interrupted (Ctrl-C, a kernel interrupt), every process they started is
-    ended (_stop); if the caller itself is killed, Linux sends the launchers SIGTERM
-    (_ORPHAN_GUARD), so no worker is left behind (elsewhere the job runs on to its own
-    end). Raises RuntimeError (with the end of every process's output) on failure, and
-    on Windows. With bandwidth (bits per second), each command runs behind a private
-    loopback of that rate (network.throttled_command).
+    ended (processes.stop), found below them or by the mark each inherits; if the
+    caller itself is killed, Linux sends the launchers SIGTERM (processes.ORPHAN_GUARD),
+    so no worker is left behind (elsewhere the job runs on to its own end). Raises
+    RuntimeError (with the end of every process's output) on failure, and on Windows.
+    With bandwidth (bits per second), each command runs behind a private loopback of
+    that rate (network.throttled_command).
     """
     if os.name != 'posix':  # os.killpg, SIGKILL, setsid and select() on pipes
         raise RuntimeError('launch runs jobs on Linux and macOS only: on Windows, run '
@@ -251,7 +163,10 @@ def launch(*commands, env=None, timeout=900, echo=False, bandwidth=None):
     if problem:
         raise RuntimeError(f'bandwidth={bandwidth:g} cannot be set on this machine: '
                            f'{problem}')
-    env = {**os.environ, 'PYTHONUNBUFFERED': '1', **(env or {})}
+    mark = secrets.token_hex(8)
+    env = {**os.environ, 'PYTHONUNBUFFERED': '1', **(env or {}), processes.MARK: mark}
+    if env.get(DATA_ENV):  # relative to this folder, as data_root reads it, not theirs
+        env[DATA_ENV] = str(Path(env[DATA_ENV]).absolute())
     echo = _print_line if echo is True else echo
     procs, family = [], set()
     try:
@@ -260,21 +175,17 @@ def launch(*commands, env=None, timeout=900, echo=False, bandwidth=None):
             if bandwidth is not None:
                 argv = network.throttled_command(argv, bandwidth)
             procs.append(subprocess.Popen(
-                _guarded(argv), cwd=work_dir(), env={**env, **extra},
+                processes.guarded(argv), cwd=work_dir(), env={**env, **extra},
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True))
         deadline = time.monotonic() + timeout
-        outputs = _read_lines(procs, echo, deadline, family)
-        for p in procs:
-            if outputs is not None:  # every pipe is closed: the launchers are ending
-                try:
-                    p.wait(timeout=max(1, deadline - time.monotonic()))
-                    continue
-                except subprocess.TimeoutExpired:
-                    pass
+        outputs = _read_lines(procs, echo, deadline, family, mark)
+        if outputs is not None:  # every pipe is closed: the launchers are ending
+            processes.wait_ended(procs, max(deadline, time.monotonic() + 1))
+        if outputs is None or not all(map(processes.ended, procs)):
             raise RuntimeError(f'the job ran past its {timeout} s limit and was '
                                'stopped: give it more time (timeout=...)')
     finally:
-        _stop(procs, family)
+        processes.stop(procs, family, mark)
         for p in procs:
             p.wait()
             p.stdout.close(), p.stderr.close()

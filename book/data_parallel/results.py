@@ -6,9 +6,8 @@ from the job's output. A chapter that leaves a number for a later chapter writes
 JSON file under results/ (``save_result``, ``load_result``).
 """
 import json
-import os
-from pathlib import Path
 
+from . import files
 from .paths import results_dir
 
 
@@ -28,11 +27,7 @@ def read_result(out):
 
 def save_json(path, record):
     """Write record as JSON at path, atomically: a reader never sees half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + '.tmp')
-    tmp.write_text(json.dumps(record, indent=1))
-    os.replace(tmp, path)
+    files.write_json(path, record)  # in a folder made if need be
 
 
 def save_result(name, record):

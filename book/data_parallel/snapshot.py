@@ -13,7 +13,6 @@ import fcntl
 import glob
 import io
 import os
-import secrets
 import shutil
 import tempfile
 import zipfile
@@ -217,15 +216,9 @@ def previous(path):
     return path.with_name(path.name + '.prev')
 
 
-def temporary_name(path):
-    """A name beside path that no other writer picks: path.<random>.tmp."""
-    path = Path(path)
-    return path.with_name(f'{path.name}.{secrets.token_hex(4)}.tmp')
-
-
 def keep_as(src, dst):
     """Give the file src a second name, dst, in place of dst's file, durably."""
-    tmp = temporary_name(dst)
+    tmp = files.temporary_name(dst)
     try:
         os.link(src, tmp)  # a hard link: no copy, and src keeps its name meanwhile
     except OSError:  # a file system without hard links (some network or FUSE mounts)
@@ -266,7 +259,7 @@ def restore_previous(path):
         kept = path.with_name(f'{path.name}.damaged-{n}')
     if not kept.exists():
         keep_as(path, kept)
-    tmp = temporary_name(path)
+    tmp = files.temporary_name(path)
     shutil.copyfile(previous(path), tmp)
     files.sync(tmp)
     files.replace(tmp, path)

@@ -1,6 +1,9 @@
 """make execute stores each cell as it looked when done: lines printed one by one while
 it ran are one block of output, not one per flush."""
 
+import os
+import types
+
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
@@ -27,3 +30,21 @@ def test_lines_printed_while_running_are_stored_as_one_output(tmp_path):
         ('stream', 'stdout', 'epoch 1\nepoch 2\nepoch 3\n'),
         ('stream', 'stderr', 'a warning\n'),
         ('stream', 'stdout', 'done\n')]
+
+
+def test_a_notebook_written_half_leaves_the_chapter_as_it_was(tmp_path, monkeypatch):
+    """A kill or a full disk mid-write: the file (maybe unsaved edits) stays whole."""
+    path = tmp_path / 'chapter.ipynb'
+    nbformat.write(new_notebook(cells=[new_code_cell('1 + 1')]), path)
+    before = path.read_bytes()
+    monkeypatch.setattr(execute_notebooks, 'NotebookClient',  # no kernel: a no-op run
+                        lambda nb, **kwargs: types.SimpleNamespace(execute=lambda: nb))
+
+    def cut_short(nb, fp):
+        with open(fp, 'w') as f:
+            f.write('{"cells": [')
+        raise OSError(28, 'No space left on device')
+    monkeypatch.setattr(execute_notebooks.nbformat, 'write', cut_short)
+    with pytest.raises(OSError):
+        execute_notebooks.execute(path)
+    assert path.read_bytes() == before and os.listdir(tmp_path) == ['chapter.ipynb']

@@ -254,7 +254,11 @@ def test_nbval_runs_in_a_checkout_whose_package_is_installed_plainly(tmp_path, s
 @pytest.mark.slow
 def test_make_lab_starts_jupyterlab_on_the_book(tmp_path):
     port, token = free_port(), 'test-token-123'
-    env = {**os.environ, 'JUPYTER_TOKEN': token, 'JUPYTER_RUNTIME_DIR': str(tmp_path)}
+    # port_retries=0 (as its environment variable: the Makefile's command is the
+    # reader's): were the port taken meanwhile, Jupyter would stop, not take the next
+    env = {**os.environ, 'JUPYTER_TOKEN': token, 'JUPYTER_RUNTIME_DIR': str(tmp_path),
+           'JUPYTER_PORT_RETRIES': '0'}
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxy
     log = tmp_path / 'lab.log'
     with open(log, 'w') as out:
         # -o: use .venv as it is, even when requirements.txt is newer
@@ -267,20 +271,24 @@ def test_make_lab_starts_jupyterlab_on_the_book(tmp_path):
         while status is None and time.monotonic() < deadline:
             try:
                 url = f'http://127.0.0.1:{port}/api/status?token={token}'
-                with urllib.request.urlopen(url, timeout=5) as response:
+                with opener.open(url, timeout=5) as response:
                     status = json.loads(response.read())
             except OSError:
                 assert lab.poll() is None, log.read_text()
                 time.sleep(1)
         assert status is not None and 'started' in status, log.read_text()
         url = f'http://127.0.0.1:{port}/api/contents?token={token}'
-        with urllib.request.urlopen(url, timeout=10) as response:
+        with opener.open(url, timeout=10) as response:
             names = {item['name'] for item in json.loads(response.read())['content']}
         assert {nb.name for nb in CHAPTERS} <= names  # it serves the book's folder
         assert re.search(rf'http://\S+:{port}/lab\?token=', log.read_text())  # the URL
     finally:
         os.killpg(lab.pid, signal.SIGTERM)
-        lab.wait(timeout=30)
+        try:
+            lab.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # make is not reaped: its group is still its
+            os.killpg(lab.pid, signal.SIGKILL)
+            lab.wait()
     with socket.socket() as s:  # the port is free again
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(('127.0.0.1', port))

@@ -156,11 +156,6 @@ def test_uneven_global_batch_stops_with_one_line():
         run(2, 'zero1', '--batch-size', 241, '--steps', 1)
 
 
-def test_snapshot_needs_fsdp_alone(fashion_root, tmp_path):
-    with pytest.raises(RuntimeError, match='--snapshot works with --impls fsdp alone'):
-        run(1, 'train', '--impls', 'ddp', '--snapshot', tmp_path / 's', '--steps', 1)
-
-
 # --- Command line ----------------------------------------------------------------
 
 @pytest.mark.parametrize('argv, message', [

@@ -104,6 +104,25 @@ def stopped_with(error, line):
             and 'Traceback' not in error.split(line)[0])
 
 
+@pytest.mark.parametrize('mode, name', [
+    (0o555, 'x.pt'),  # C7
+    (0o700, 'x/s.pt'),  # C6: pathlib's stat raised PermissionError
+], ids=['read-only', 'not-to-be-entered'])
+def test_a_folder_a_reader_cannot_write_in_stops_the_job_before_training(
+        as_reader, reader_folder, fashion_root, mode, name):
+    """As another user than root, for whom these modes mean nothing."""
+    folder = reader_folder / 'out'
+    folder.mkdir(mode=mode)
+    path = folder / name
+    extra, argv = launch.torchrun_command([*COMMON, '--snapshot', path], 2)
+    with pytest.raises(RuntimeError) as error:
+        launch.launch((extra, [*as_reader, *argv]), env=CPU_ONLY, timeout=300)
+    line = (f'--snapshot {path}: cannot write in {path.parent} (Permission denied). '
+            'Pass another --snapshot.')
+    assert stopped_with(str(error.value), line), error.value
+    assert list(folder.iterdir()) == []  # nothing made
+
+
 @pytest.mark.parametrize('flag, value, says', [
     ('--model', 'resnet18', 'was taken with --model lenet (this run: resnet18)'),
     ('--lr', 0.05, 'was taken with --lr 0.2 (this run: 0.05)'),

@@ -1,7 +1,8 @@
 """The package's floor plan: layers of modules, imports only downwards, small modules.
 
 Layers, from the bottom (the package docstring says the same in words):
-machinery (paths, cli, results, files, snapshot, devices, data, launch, network) <
+machinery (paths, cli, results, files, snapshot, devices, data, launch, network,
+processes) <
 taught code (scratch, collectives, performance, sharding, tensor_parallel, pipeline) and
 models < the taught program
 (train_ddp) < figures and jobs. A module may import its own layer and the layers below. Jobs never
@@ -21,7 +22,7 @@ PACKAGE = Path(dp.__file__).parent
 ROOT = dp.repo_root()
 LAYERS = {
     'machinery': (0, {'paths', 'cli', 'results', 'files', 'snapshot', 'devices',
-                      'data', 'launch', 'network'}),
+                      'data', 'launch', 'network', 'processes'}),
     'taught': (1, {'scratch', 'collectives', 'performance', 'sharding', 'models',
                   'tensor_parallel', 'pipeline'}),
     'program': (2, {'train_ddp'}),

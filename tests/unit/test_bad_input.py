@@ -20,6 +20,7 @@ DDP = 'torchrun ... -m data_parallel.train_ddp: error: '
 FAULTS = 'torchrun ... -m data_parallel.jobs.faults: error: '
 PERF = 'torchrun ... -m data_parallel.jobs.perf_workers train: error: '
 SHARD = 'torchrun ... -m data_parallel.jobs.shard_workers zero1: error: '
+TRAIN = 'torchrun ... -m data_parallel.jobs.shard_workers train: error: '
 
 
 @pytest.mark.parametrize('case, module, args, line', [
@@ -33,6 +34,11 @@ SHARD = 'torchrun ... -m data_parallel.jobs.shard_workers zero1: error: '
      PERF + 'argument --batch-size: 60001 is too large: use at most 60000'),
     (14, 'data_parallel.jobs.shard_workers', ['zero1', '--batch-size', 60_001],
      SHARD + 'argument --batch-size: 60001 is too large: use at most 60000'),
+    # L8: refused after init_process_group on every rank, or silently ignored
+    ('L8', 'data_parallel.jobs.shard_workers', ['train', '--snapshot', 's'],
+     TRAIN + '--snapshot works with --impls fsdp alone: pass --impls fsdp.'),
+    ('L8', 'data_parallel.jobs.shard_workers', ['train', '--fail-at-step', 2],
+     TRAIN + '--fail-at-step needs --snapshot: pass a folder to resume from.'),
 ])
 def test_launch_refuses_bad_job_arguments_in_one_line(case, module, args, line,
                                                        capsys):
@@ -43,6 +49,23 @@ def test_launch_refuses_bad_job_arguments_in_one_line(case, module, args, line,
     assert capsys.readouterr() == ('', '')  # argparse's usage lines were kept back
 
 
+def test_an_unusable_save_params_path_stops_shard_workers_before_any_work(
+        tmp_path, monkeypatch):
+    """L8: --save-params was first tried after training, with torch.save's traceback."""
+    from data_parallel.jobs import measure, shard_workers
+    monkeypatch.setattr(measure.dist, 'get_rank', lambda: 0)
+    monkeypatch.setattr(measure.dist, 'broadcast_object_list', lambda box, src: None)
+    monkeypatch.setattr(shard_workers, 'read_in_job', lambda: pytest.fail('data read'))
+    (tmp_path / 'file').write_text('')
+    path = tmp_path / 'file' / 'params.pt'
+    args = shard_workers.parse_args(['train', '--save-params', str(path)])
+    with pytest.raises(SystemExit) as stop:
+        shard_workers.train(args, torch.device('cpu'))
+    assert stop.value.code == (f'--save-params {path}: {tmp_path}/file is a file, not '
+                               'a folder. Pass another --save-params.')
+    assert [p.name for p in tmp_path.iterdir()] == ['file']
+
+
 def test_launch_passes_good_job_arguments():
     _, argv = launch.torchrun_command(['--fail-in-epoch', 1, '--epochs', 2],
                                       module='data_parallel.jobs.faults')
@@ -51,6 +74,9 @@ def test_launch_passes_good_job_arguments():
     _, argv = launch.torchrun_command(['train', '--batch-size', 60_000],
                                       module='data_parallel.jobs.perf_workers')
     assert argv[-3:] == ['train', '--batch-size', '60000']  # all of the data: allowed
+    args = ['train', '--impls', 'fsdp', '--snapshot', 's', '--fail-at-step', 2]
+    _, argv = launch.torchrun_command(args, module='data_parallel.jobs.shard_workers')
+    assert argv[-len(args):] == [str(arg) for arg in args]  # what L8's checks allow
 
 
 def test_a_batch_of_the_whole_training_set_has_a_start(monkeypatch):
@@ -129,6 +155,8 @@ def test_a_relative_data_folder_is_made_absolute(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(dp.DATA_ENV, 'data')
     assert dp.data_root() == tmp_path / 'data'
+    job = [sys.executable, '-c', f'import os; print(os.environ[{dp.DATA_ENV!r}])']
+    assert launch.launch(job, timeout=60) == [f'{tmp_path / "data"}\n']  # the same
 
 
 # --- Issue 42: the reliability review's commands C5, C6, C8 and C9 -------------------

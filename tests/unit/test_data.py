@@ -1,13 +1,18 @@
 """Our in-memory Fashion-MNIST loader against torchvision's, and its failure when offline."""
+import concurrent.futures
+import fcntl
 import functools
 import gzip
 import hashlib
 import http.server
 import os
+import shutil
 import subprocess
 import sys
 import threading
 import time
+import zlib
+from pathlib import Path
 
 import pytest
 import torch
@@ -43,11 +48,13 @@ def test_same_seed_same_order(fashion_root):
     assert all(torch.equal(ya, yb) for (_, ya), (_, yb) in zip(a, b))
 
 
+# A proxy on a closed local port stands for "no network": a download fails at once.
+OFFLINE = dict.fromkeys(['http_proxy', 'https_proxy', 'HTTP_PROXY', 'HTTPS_PROXY'],
+                        'http://127.0.0.1:9')
+
+
 def test_missing_data_offline_fails_fast_with_clear_message(tmp_path):
-    # A proxy on a closed local port stands for "no network": the download fails at once.
-    env = dict(os.environ, MULTIGPU_DATA=str(tmp_path), http_proxy='http://127.0.0.1:9',
-               https_proxy='http://127.0.0.1:9', HTTP_PROXY='http://127.0.0.1:9',
-               HTTPS_PROXY='http://127.0.0.1:9')
+    env = dict(os.environ, MULTIGPU_DATA=str(tmp_path), **OFFLINE)
     code = 'import data_parallel as dp; dp.load_fashion_mnist(256)'
     start = time.monotonic()
     result = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True,
@@ -58,6 +65,26 @@ def test_missing_data_offline_fails_fast_with_clear_message(tmp_path):
     assert last.startswith('data_parallel.data.DataUnavailableError: ')
     assert 'MULTIGPU_DATA' in last and 'FashionMNIST' in last
     assert 'urllib' not in result.stderr, 'no traceback from inside the download library'
+
+
+def test_a_data_folder_a_reader_cannot_enter_is_named_in_one_line(
+        as_reader, reader_folder, fashion_root):
+    """C6 as another user than root: pathlib's stat raises PermissionError there."""
+    locked = reader_folder / 'locked'
+    (locked / 'd').mkdir(parents=True)
+    (locked / 'd' / 'FashionMNIST').symlink_to(fashion_root / 'FashionMNIST')
+    locked.chmod(0o700)  # the data is there, but only root may reach it
+    code = 'import data_parallel as dp; dp.read_fashion_mnist(True)'
+    env = dict(os.environ, MULTIGPU_DATA=str(locked / 'd'), **OFFLINE)
+    result = subprocess.run([*as_reader, sys.executable, '-c', code], env=env,
+                            cwd=reader_folder, capture_output=True, text=True,
+                            timeout=60)
+    raw = locked / 'd' / 'FashionMNIST' / 'raw'
+    assert result.stderr.strip().splitlines()[-1] == (
+        f'data_parallel.data.DataUnavailableError: cannot read {raw} (Permission '
+        'denied): let this user read it, or set MULTIGPU_DATA to a readable folder '
+        'that holds FashionMNIST/raw/.'), result.stderr
+    assert 'PermissionError' not in result.stderr  # no traceback of its cause
 
 
 def test_shuffled_batches_are_gathered_into_pinned_memory_for_a_gpu(monkeypatch):
@@ -128,13 +155,79 @@ def mirror(tmp_path, fashion_root, monkeypatch):
     server.server_close()
 
 
-def test_downloaded_files_are_read_as_files_found_in_place(mirror, tmp_path):
-    """The download path ends in the same reader (and check) as files already there."""
-    root = tmp_path / 'data'
+def test_downloaded_files_are_read_as_files_found_in_place(mirror, tmp_path,
+                                                           monkeypatch):
+    """The download path ends in the same reader (and check) as files already there.
+    torchvision downloads under the data folder's lock, into a folder of its own:
+    raw/ only ever holds whole files, and the lock and that folder go afterwards."""
+    root, real = tmp_path / 'data', torchvision.datasets.FashionMNIST
+
+    def download(folder, **kwargs):
+        with open(root / '.download.lock') as other, pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held by this download
+        assert Path(folder).parent == root and Path(folder) != root  # not in raw/
+        return real(folder, **kwargs)
+    monkeypatch.setattr(torchvision.datasets, 'FashionMNIST', download)
     X, y = dp.read_fashion_mnist(False, root=root)
     X_ref, y_ref = dp.read_fashion_mnist(False)
     assert torch.equal(X, X_ref) and torch.equal(y, y_ref)
     assert (root / 'FashionMNIST' / 'raw' / 't10k-images-idx3-ubyte').is_file()
+    assert [p.name for p in root.iterdir()] == ['FashionMNIST']
+
+
+@pytest.mark.parametrize('raised, download, reason', [
+    (EOFError('Compressed file ended before the end-of-stream marker was reached'),
+     True, 'downloading it failed (Compressed file ended before the end-of-stream '
+     'marker was reached). Set MULTIGPU_DATA'),
+    (zlib.error('Error -3 while decompressing data: invalid block type'), True,
+     'downloading it failed (Error -3 while decompressing data: invalid block type)'),
+    (OSError('no network'), False,  # a job's other processes: no attempt at all
+     'and download=False: set MULTIGPU_DATA')],
+    ids=['EOFError', 'zlib.error', 'no-download'])
+def test_a_failed_or_refused_download_leaves_the_folder_as_it_was(
+        tmp_path, monkeypatch, raised, download, reason):
+    """An archive that gzip finds cut short or corrupt is one line, like no network; a
+    process told not to download does not try. Nothing half-written is left in raw/."""
+    calls = []
+
+    def torn(folder, **kwargs):  # unpacks half a file, then fails
+        calls.append(folder)
+        raw = Path(folder) / 'FashionMNIST' / 'raw'
+        raw.mkdir(parents=True)
+        (raw / 't10k-images-idx3-ubyte').write_bytes(b'half')
+        raise raised
+    monkeypatch.setattr(torchvision.datasets, 'FashionMNIST', torn)
+    with pytest.raises(dp.DataUnavailableError) as error:
+        dp.read_fashion_mnist(False, root=tmp_path, download=download)
+    assert reason in str(error.value) and '\n' not in str(error.value)
+    assert len(calls) == download and list(tmp_path.iterdir()) == []
+
+
+def test_a_process_that_waited_for_a_download_reads_its_files(tmp_path, fashion_root,
+                                                              monkeypatch):
+    """Another machine on the same file system holds the lock: this process waits, then
+    reads the files it fetched instead of downloading them a second time."""
+    raw, fetched, waiting, flock = (tmp_path / 'FashionMNIST' / 'raw', [],
+                                    threading.Event(), fcntl.flock)
+    monkeypatch.setattr(torchvision.datasets, 'FashionMNIST',
+                        lambda *args, **kwargs: fetched.append(args))
+
+    def flock_after_saying_so(file, operation):
+        waiting.set()
+        flock(file, operation)
+    monkeypatch.setattr(fcntl, 'flock', flock_after_saying_so)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        with open(tmp_path / '.download.lock', 'a') as other:
+            flock(other, fcntl.LOCK_EX)  # the other machine's download
+            reading = pool.submit(dp.read_fashion_mnist, False, tmp_path)
+            assert waiting.wait(60)  # it found no files, and waits for the lock
+            raw.mkdir(parents=True)
+            for name in ('t10k-images-idx3-ubyte', 't10k-labels-idx1-ubyte'):
+                shutil.copy(fashion_root / 'FashionMNIST' / 'raw' / name, raw / name)
+            (tmp_path / '.download.lock').unlink()  # as its holder leaves it
+        X, y = reading.result(timeout=60)
+    assert fetched == [] and torch.equal(y, dp.read_fashion_mnist(False)[1])
+    assert [p.name for p in tmp_path.iterdir()] == ['FashionMNIST']
 
 
 def test_a_damaged_download_is_named_in_one_line(mirror, tmp_path, monkeypatch):

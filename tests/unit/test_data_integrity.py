@@ -20,15 +20,16 @@ OFFICIAL, OFFLINE = data._OFFICIAL_MD5, data._OFFLINE_COPY_MD5
 
 @pytest.mark.parametrize('local_rank, fails, events', [
     ('0', False, ['read True', 'read False', 'barrier']),  # then the others may read
-    ('1', False, ['barrier', 'read True', 'read False']),  # the others: after it
+    # the others: after it, and never a download of their own (its outcome stands)
+    ('1', False, ['barrier', 'read True, no download', 'read False, no download']),
     ('0', True, ['read True', 'barrier'])],  # on failure too: the others fail alike
     ids=['rank-0', 'rank-1', 'rank-0-fails'])
 def test_local_rank_0_reads_first_and_the_others_after_the_barrier(
         monkeypatch, local_rank, fails, events):
     seen = []
 
-    def read(train):
-        seen.append(f'read {train}')
+    def read(train, download=True):
+        seen.append(f'read {train}' + ('' if download else ', no download'))
         if fails:
             raise dp.DataUnavailableError('no data')
         return f'X {train}', f'y {train}'

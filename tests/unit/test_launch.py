@@ -14,7 +14,7 @@ import psutil
 import pytest
 from jupyter_client.manager import start_new_kernel
 
-from data_parallel import launch, network
+from data_parallel import launch, network, processes
 
 CPU_ONLY = {'CUDA_VISIBLE_DEVICES': ''}
 
@@ -46,10 +46,15 @@ def torchrun_job(marker, wait=300):
     return launch.torchrun_command([f'{marker}.go', wait], world_size=2, script=marker)
 
 
-def sleeper(marker, sleeps=0):
-    """A launcher that starts a child sleeping 300 s, says ready, then sleeps itself."""
-    code = ('import subprocess, sys, time\nsubprocess.Popen([sys.executable, '
-            "'-c', 'import time; time.sleep(300)', sys.argv[1]])\n"
+def sleeper(marker, sleeps=0, own_session=False):
+    """A launcher that starts a child sleeping 300 s, says ready, then sleeps itself.
+
+    With own_session the child starts a session of its own, after launch's first walk
+    of the processes: were the launcher to end before the next, no walk would see it.
+    """
+    code = (f'import subprocess, sys, time\ntime.sleep({0.15 * own_session})\n'
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', "
+            f"sys.argv[1]], start_new_session={own_session})\n"
             "print('ready', flush=True)\ntime.sleep(float(sys.argv[2]))")
     return [sys.executable, '-c', code, marker, str(sleeps)]
 
@@ -97,14 +102,16 @@ def test_failure_shows_what_every_process_said():
     assert 'rank 0: epoch 1 done' in message and 'the batch was empty' in message
 
 
-# --- Ending a job. CALLER launches one: says whether it sees /proc, then how it ended
+# --- Ending a job. CALLER launches one (argv: command, time limit, bandwidth if any):
+# says whether it sees /proc, then how it ended
 CALLER = '''
 import ast, os, sys
 from data_parallel import launch
 print('/proc exists:', os.path.exists('/proc'), flush=True)
 try:
     launch.launch(ast.literal_eval(sys.argv[1]), env={'CUDA_VISIBLE_DEVICES': ''},
-                  timeout=int(sys.argv[2]), echo=True)
+                  timeout=int(sys.argv[2]), echo=True,
+                  bandwidth=ast.literal_eval(sys.argv[3]) if sys.argv[3:] else None)
     print('ended')
 except RuntimeError as error:
     print(error)
@@ -131,13 +138,21 @@ def test_time_limit_ends_the_job_and_all_it_started(request, marker, leftovers, 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('sig, said', [(signal.SIGINT, 'KeyboardInterrupt'),
-                                       (signal.SIGKILL, '')],  # no finally runs
-                         ids=['ctrl-c', 'killed-outright'])
-def test_a_caller_interrupted_or_killed_ends_the_job(marker, leftovers, sig, said):
-    """SIGKILL as from nbval's teardown after Ctrl-C, or a kernel shut down."""
+@pytest.mark.parametrize('sig, said, bandwidth', [
+    (signal.SIGINT, 'KeyboardInterrupt', None),
+    (signal.SIGKILL, '', None), (signal.SIGKILL, '', 100e6)],  # no finally runs
+    ids=['ctrl-c', 'killed-outright', 'killed-outright-throttled'])
+def test_a_caller_interrupted_or_killed_ends_the_job(request, marker, leftovers, sig,
+                                                      said, bandwidth):
+    """SIGKILL as from nbval's teardown after Ctrl-C, or a kernel shut down.
+
+    Throttled, the guard's SIGTERM must reach torchrun through unshare and sh.
+    """
+    if bandwidth:
+        request.getfixturevalue('throttle')  # skips where none can be made
     command = torchrun_job(marker)
-    caller = subprocess.Popen([sys.executable, '-c', CALLER, repr(command), '300'],
+    caller = subprocess.Popen([sys.executable, '-c', CALLER, repr(command), '300',
+                               repr(bandwidth)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert caller.stdout.readline() == '/proc exists: True\n'
     assert caller.stdout.readline() == 'ready\n', caller.stderr.read()
@@ -213,7 +228,7 @@ def test_what_cannot_be_done_is_said_in_one_line(monkeypatch, patch, kwargs, lin
 def test_the_orphan_guard_is_linux_only(monkeypatch):
     """PR_SET_PDEATHSIG is Linux's: elsewhere the launcher starts as it is."""
     monkeypatch.setattr(sys, 'platform', 'darwin')
-    assert launch._guarded(['torchrun', '-m', 'x']) == ['torchrun', '-m', 'x']
+    assert processes.guarded(['torchrun', '-m', 'x']) == ['torchrun', '-m', 'x']
 
 
 # --- Where the process table cannot be read (macOS has no /proc): a job still ends,
@@ -248,15 +263,15 @@ def test_the_walk_survives_a_process_that_ends_in_the_middle(tree, monkeypatch):
         gone.wait(timeout=5)
         return ppids
     monkeypatch.setattr(psutil, '_ppid_map', table_then_an_end)
-    assert launch._descendants([launcher.pid]) == {launch._started(stays)}
-    assert launch._started(ends) is None
+    assert processes.descendants([launcher.pid]) == {processes.started(stays)}
+    assert processes.started(ends) is None
 
 
 @pytest.mark.parametrize('error', [psutil.NoSuchProcess, psutil.ZombieProcess,
                                    psutil.AccessDenied, PermissionError])
 def test_a_process_that_cannot_be_read_is_left_alone(tree, monkeypatch, error):
     launcher, (unreadable, readable) = tree
-    remembered = launch._started(unreadable)
+    remembered = processes.started(unreadable)
     read = psutil.Process.create_time
 
     def create_time(self):
@@ -265,23 +280,41 @@ def test_a_process_that_cannot_be_read_is_left_alone(tree, monkeypatch, error):
         return read(self)
     monkeypatch.setattr(psutil.Process, 'create_time', create_time)
     # AccessDenied ends psutil's walk (children() lets it through): nothing is found
-    assert launch._descendants([launcher.pid]) <= {launch._started(readable)}
-    assert launch._started(unreadable) is None
-    launch._kill([], {remembered})  # not killed: it may no longer be the same process
+    assert processes.descendants([launcher.pid]) <= {processes.started(readable)}
+    assert processes.started(unreadable) is None
+    processes.kill([], {remembered})  # not killed: it may no longer be the same process
     assert psutil.pid_exists(unreadable)
 
 
-@pytest.mark.parametrize('readable', [True, False], ids=['proc', 'no-process-readable'])
+@pytest.mark.parametrize('readable, own_session', [
+    (True, False), (False, False), (True, True)],
+    ids=['proc', 'no-process-readable', 'own-session-never-walked'])
 def test_a_child_that_outlives_its_launcher_does_not_hold_the_job(
-        monkeypatch, marker, leftovers, readable):
-    """It still holds the output pipe; its launcher's group ends it, even unread."""
+        monkeypatch, marker, leftovers, readable, own_session):
+    """It still holds the output pipe; its launcher's group ends it, even unread.
+
+    In a session of its own, unseen by any walk, launch's mark in its environment
+    finds it.
+    """
     def no_proc(*args, **kwargs):  # psutil.Process where os.listdir('/proc') fails
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), '/proc')
     if not readable:
         monkeypatch.setattr(psutil, 'Process', no_proc)
     start = time.monotonic()
-    assert launch.launch(sleeper(marker), timeout=30) == ['ready\n']
+    assert launch.launch(sleeper(marker, own_session=own_session),
+                         timeout=30) == ['ready\n']
     assert time.monotonic() - start < 20
+    assert leftovers(marker) == []
+
+
+def test_a_second_ctrl_c_in_the_grace_period_still_ends_the_job(
+        monkeypatch, marker, leftovers):
+    """The child is in its launcher's group: only SIGKILL after the grace ends it."""
+    def ctrl_c(*args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(processes, 'wait_ended', ctrl_c)  # the second, in the grace
+    with pytest.raises(KeyboardInterrupt):  # the first, once the job is up
+        launch.launch(sleeper(marker, 300), timeout=60, echo=ctrl_c)
     assert leftovers(marker) == []
 
 

@@ -1,7 +1,8 @@
 """train_ddp's snapshot files without torchrun: flushed to the disk before the rename,
 the previous generation kept, a damaged newest replaced by it with one line, and
 output paths that cannot be written named before any work (data_parallel.snapshot,
-on data_parallel.files)."""
+on data_parallel.files); a chapter's results file written as safely."""
+import json
 import os
 import re
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from data_parallel import files, models, snapshot, train_ddp
+from data_parallel import files, models, results, snapshot, train_ddp
 
 ARGS = train_ddp.parse_args([])  # the flags a snapshot records
 
@@ -119,3 +120,18 @@ def test_an_unusable_path_gets_one_line_and_nothing_is_made(tmp_path, path, says
 def test_a_new_folder_is_fine(tmp_path):
     assert files.unwritable(tmp_path / 'a' / 'b' / 'x.pt', '--snapshot') is None
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_results_file_written_half_leaves_the_previous_one(tmp_path, monkeypatch):
+    """A kill or a full disk mid-write: the old file stays whole, no temporary left."""
+    path, write_text = tmp_path / 'speedup.json', Path.write_text
+    results.save_json(path, {'speedup': 1.9})
+
+    def cut_short(self, text):
+        write_text(self, text[:5])
+        raise OSError(28, 'No space left on device')
+    monkeypatch.setattr(Path, 'write_text', cut_short)
+    with pytest.raises(OSError):
+        results.save_json(path, {'speedup': 2.0})
+    assert json.loads(path.read_text()) == {'speedup': 1.9}
+    assert os.listdir(tmp_path) == ['speedup.json']

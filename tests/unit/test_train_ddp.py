@@ -25,7 +25,7 @@ def test_snapshot_round_trip_with_weights_only(tmp_path):
 
 
 def test_missing_data_exits_with_one_line(monkeypatch):
-    def unavailable(train, root=None):
+    def unavailable(train, root=None, download=True):
         raise dp.DataUnavailableError('Fashion-MNIST is not here.')
     monkeypatch.setattr(train_ddp.data, 'read_fashion_mnist', unavailable)
     monkeypatch.setattr(train_ddp.devices, 'setup', lambda: torch.device('cpu'))

@@ -61,7 +61,6 @@ def zero1(args, device):
     check_collectives(device)
     X, y, _, _ = read_in_job()  # local rank 0 first
     batches = local_batches(X, y, args.batch_size, args.steps, device)
-
     model = LeNet().to(device)  # as the DDP program trains it: torch.optim.SGD
     ddp = DDP(model, device_ids=devices.ddp_device_ids(device))
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
@@ -80,7 +79,6 @@ def zero1(args, device):
         with torch.no_grad():
             sharding.zero1_step(replica, momentum, args.lr, args.batch_size,
                                 args.momentum)
-
     ddp_seconds, ddp_bytes = timed_steps(ddp_step, batches, device)
     zero_seconds, zero_bytes = timed_steps(zero1_step, batches, device)
     difference = max_difference([p.detach().cpu() for p in replica.params],
@@ -215,7 +213,6 @@ def train_with_snapshots(step, batches, module, optimizer, args):
         step(*batches[i])
         if (i + 1) % args.save_every == 0 or i + 1 == args.steps:
             if dist.get_rank() == 0:  # before .metadata makes the snapshot count
-                (folder / f'step-{i + 1}').mkdir(parents=True, exist_ok=True)
                 files.write_json(folder / f'step-{i + 1}' / 'config.json',
                                  snapshot_config(args))
             save_snapshot(folder, module, optimizer, i + 1)
@@ -223,8 +220,8 @@ def train_with_snapshots(step, batches, module, optimizer, args):
 
 
 def train(args, device):
-    if args.snapshot and args.impls != ['fsdp']:
-        raise SystemExit('--snapshot works with --impls fsdp alone.')
+    if args.save_params:  # before any training, not when it is written at the end
+        rank_0_check(files.unwritable, args.save_params, '--save-params')
     X, y, _, _ = read_in_job()  # local rank 0 first
     batches = local_batches(X, y, args.batch_size, args.steps, device)
     loss_fn = nn.CrossEntropyLoss()
@@ -254,9 +251,7 @@ def train(args, device):
         record['resumed_after_step'] = start
     record['num_params'] = sum(p.numel() for p in finals[args.impls[0]])
     if args.save_params and dist.get_rank() == 0:  # whole, as CPU tensors, atomic
-        tmp = Path(args.save_params).with_name(Path(args.save_params).name + '.tmp')
-        torch.save(finals[args.impls[-1]], tmp)
-        os.replace(tmp, args.save_params)
+        files.write_atomically(args.save_params, torch.save, finals[args.impls[-1]])
     return record
 
 
@@ -287,7 +282,12 @@ def parse_args(argv=None):
                    help='the last rank dies at this step on the first attempt')
     t.add_argument('--save-params', default=None, metavar='FILE',
                    help='the final parameters, saved by rank 0 with torch.save')
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)  # flags that do not go together: launch refuses them
+    if args.mode == 'train' and args.snapshot and args.impls != ['fsdp']:
+        t.error('--snapshot works with --impls fsdp alone: pass --impls fsdp.')
+    if args.mode == 'train' and args.fail_at_step and not args.snapshot:
+        t.error('--fail-at-step needs --snapshot: pass a folder to resume from.')
+    return args
 
 
 def main(argv=None):
