@@ -52,10 +52,11 @@ def check_release_workflow(doc):
     assert job['timeout-minutes'] > 0
     checkout, python, tag = (step(doc, text) for text in (
         'actions/checkout', 'actions/setup-python', 'tools/release.py'))
-    assert checkout['uses'] == 'actions/checkout@v4'  # pinned like ci.yml
+    # pinned by commit, as every workflow is (tests/repo/test_workflows.py)
+    assert re.fullmatch(r'actions/checkout@[0-9a-f]{40}', checkout['uses'])
     assert checkout['with']['ref'] == '${{ github.event.workflow_run.head_sha }}'
     assert checkout['with']['fetch-depth'] == 0 and checkout['with']['fetch-tags']
-    assert python['uses'] == 'actions/setup-python@v5'
+    assert re.fullmatch(r'actions/setup-python@[0-9a-f]{40}', python['uses'])
     assert python['with']['python-version'] == '3.11'
     assert tag['run'] == 'python tools/release.py --push origin'
     assert {'GIT_COMMITTER_NAME', 'GIT_COMMITTER_EMAIL'} <= set(tag.get('env', {}))
