@@ -1,6 +1,6 @@
 """shard_workers' DCP snapshot folders: a file given as the folder, a folder from
-another configuration and a newest step with a file missing, each named in one line
-before any training, nothing changed; a stray step-old is passed over.
+another configuration and a newest step with a file missing or cut short, each named in
+one line before any training, nothing changed; a stray step-old is passed over.
 Jobs of 1 process on the CPU (gloo), a few steps of the small MLP."""
 import json
 import shutil
@@ -92,14 +92,26 @@ def test_the_same_flags_resume(tmp_path, saved):
     assert sorted(p.name for p in folder.iterdir()) == ['step-1', 'step-2', 'step-3']
 
 
-def test_an_incomplete_newest_step_is_named(tmp_path, saved):
-    """C14: a shard deleted (or never copied) was a DCP traceback on every rank."""
+def cut_short(path):
+    """Keep the first half of the file at path, as a copy that stopped halfway does."""
+    path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+
+
+@pytest.mark.parametrize('damage, says', [
+    (lambda step: (step / '__0_0.distcp').unlink(), 'is incomplete (__0_0.distcp '
+     'missing)'),
+    (lambda step: cut_short(step / '__0_0.distcp'), 'is incomplete (__0_0.distcp cut '
+     'short)'),
+    (lambda step: cut_short(step / '.metadata'), 'has a damaged .metadata'),
+], ids=['missing', 'cut-short', 'metadata-cut-short'])
+def test_an_incomplete_newest_step_is_named(tmp_path, saved, damage, says):
+    """C14: a shard deleted, not copied or cut short was a DCP traceback on every rank."""
     folder = shutil.copytree(saved, tmp_path / 'snapshots')
-    (folder / 'step-2' / '__0_0.distcp').unlink()
+    damage(folder / 'step-2')
     before = contents(folder)
     error = failure(*FLAGS, '--steps', 4, '--snapshot', folder)
-    assert f'--snapshot {folder / "step-2"} is incomplete (__0_0.distcp missing): ' \
-           'remove that folder to resume from the one before it.' in error
+    assert f'--snapshot {folder / "step-2"} {says}' in error
+    assert 'remove that folder to resume from the one before it.' in error
     assert 'Traceback (most recent' not in error and 'resumed from' not in error
     assert contents(folder) == before
 

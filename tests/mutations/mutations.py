@@ -80,6 +80,8 @@ SHARD_JOBS = 'tests/jobs/test_shard_workers.py::'
 ZERO1_TEST = SHARD_JOBS + 'test_zero1_from_scratch_equals_ddp[2]'
 # chapter 6's k devices against 1 after one step: the from-scratch bugs show there
 ONE_STEP = ((CH6, 'checks-one-step'),)
+# chapter 9's ZeRO-1 job against DDP, and the bytes its jobs put on the sockets
+ZERO1, BYTES = ((CH9, 'checks-zero1'),), ((CH9, 'checks-bytes'),)
 
 MUTATIONS = [
     Mutation('a-get_params-no-copy',
@@ -152,7 +154,7 @@ MUTATIONS = [
              'sharding.py',
              '    ring_all_gather(replica.data)  '
              '# every rank again holds all parameters\n',
-             '', (ZERO1_TEST,), (CH9,)),
+             '', (ZERO1_TEST,), (CH9,), checks=ZERO1),
     Mutation('j-zero1-per-rank-divisor',
              "the ZeRO-1 job divides the summed gradient by the rank's batch, not the "
              'full one',
@@ -160,7 +162,7 @@ MUTATIONS = [
              'sharding.zero1_step(replica, momentum, args.lr, args.batch_size,',
              'sharding.zero1_step(replica, momentum, args.lr,\n' + ' ' * 32
              + 'args.batch_size // dist.get_world_size(),',
-             (ZERO1_TEST,), (CH9,), saved=False),
+             (ZERO1_TEST,), (CH9,), saved=False, checks=ZERO1),
     Mutation('k-fsdp-built-as-ddp',
              "the `fsdp` variant is built as DDP: every rank keeps everything",
              'jobs/shard_workers.py', "    if impl == 'fsdp':\n",
@@ -170,7 +172,7 @@ MUTATIONS = [
              checks=((CH9, 'checks-fsdp'),)),
     Mutation('l-resume-loads-nothing',
              'load_snapshot finds the snapshot and reads nothing from it',
-             'jobs/shard_workers.py',
+             'jobs/dcp_snapshot.py',
              'dcp.load(state, checkpoint_id=path)  '
              '# each rank reads the shards it owns',
              'pass  # the snapshot is never read',
@@ -190,14 +192,15 @@ MUTATIONS = [
              '            chunk.zero_()\n'
              '    dist.all_reduce(tensor)\n'
              '    for send, recv in []:  # no hops: the exchange below never runs\n',
-             (ZERO1_TEST,), (CH9,)),
+             (ZERO1_TEST,), (CH9,), checks=BYTES),
     Mutation('n-fsdp-keeps-blocks-gathered',
              "FSDP2 keeps each block gathered after forward: the model's 1.5x DDP's "
              "traffic, not gloo's 2x",
              'jobs/shard_workers.py',
              'fully_shard(block, mesh=mesh, reshard_after_forward=args.reshard)',
              'fully_shard(block, mesh=mesh, reshard_after_forward=False)',
-             (SHARD_JOBS + 'test_socket_bytes_follow_the_ring',), (CH9,), saved=False),
+             (SHARD_JOBS + 'test_socket_bytes_follow_the_ring',), (CH9,), saved=False,
+             checks=BYTES),
     Mutation('o-fp16-hook-sends-everything',
              "the `fp16` variant registers DDP's plain allreduce hook: 4 bytes a value",
              'jobs/wire_workers.py',

@@ -5,10 +5,10 @@ machinery (paths, cli, results, files, snapshot, devices, data, launch, network,
 processes) <
 taught code (scratch, collectives, performance, sharding, tensor_parallel, pipeline) and
 models < the taught program
-(train_ddp) < figures and jobs. A module may import its own layer and the layers below. Jobs never
-import another job (their shared kits are jobs.measure and jobs.timeline, which start
-nothing) nor the taught program; the one exception is jobs.faults, which exists to wrap
-train_ddp and kill one of its workers.
+(train_ddp) < figures and jobs. A module may import its own layer and the layers below.
+Jobs never import another job (their shared kits are jobs.measure, jobs.timeline and
+jobs.dcp_snapshot, which start nothing) nor the taught program; the one exception is
+jobs.faults, which exists to wrap train_ddp and kill one of its workers.
 """
 import ast
 import re
@@ -29,7 +29,8 @@ LAYERS = {
     'top': (3, {'figures', 'jobs'}),
 }
 ALLOWED_UPWARD = {('jobs.faults', 'train_ddp')}  # faults wraps the taught program
-KITS = {'jobs.measure', 'jobs.timeline'}  # what jobs share: no program of their own
+# what jobs share, no program of their own: measuring, timelines, DCP snapshots
+KITS = {'jobs.measure', 'jobs.timeline', 'jobs.dcp_snapshot'}
 MAX_LINES = 300
 
 

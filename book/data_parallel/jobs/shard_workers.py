@@ -28,9 +28,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -42,6 +40,7 @@ from ..cli import add_batch_size, at_least, positive_float
 from ..data import TRAIN_SIZE, read_in_job
 from ..models import LeNet, mlp
 from ..performance import FlatParams
+from .dcp_snapshot import latest_snapshot, load_snapshot, missing_files, save_snapshot
 from .measure import (check_exact, every_rank, local_batches, max_difference,
                       optimizer_state_bytes, rank_0_check, run_mode, tensor_bytes,
                       timed_steps)
@@ -125,47 +124,6 @@ def full_parameters(module):
     """Every parameter, whole, as CPU tensors (gathering FSDP2's shards)."""
     return [(p.full_tensor() if isinstance(p, DTensor) else p).detach().cpu()
             for p in module.parameters()]
-
-
-def latest_snapshot(folder):
-    """The last complete snapshot (DCP writes .metadata once every rank is done)."""
-    found = None
-    if dist.get_rank() == 0 and folder.exists():
-        done = [p for p in folder.glob('step-*')  # not a stray step-old
-                if p.name[5:].isdecimal() and (p / '.metadata').exists()]
-        found = str(max(done, key=lambda p: int(p.name[5:]))) if done else None
-    box = [found]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
-
-
-def save_snapshot(folder, model, optimizer, step):
-    """Each rank writes its shards of model and optimiser with DCP."""
-    # get_state_dict gives DTensor shards (no gathering); dcp.save writes each rank's
-    # own, then the coordinator writes .metadata, once every rank has reported its
-    # writes (finish_checkpoint in torch/distributed/checkpoint/state_dict_saver.py).
-    model_state, optimizer_state = get_state_dict(model, optimizer)
-    dcp.save({'model': model_state, 'optimizer': optimizer_state},
-             checkpoint_id=str(folder / f'step-{step}'))
-
-
-def load_snapshot(path, model, optimizer):
-    """Read a DCP snapshot into the sharded model and optimiser, in place."""
-    model_state, optimizer_state = get_state_dict(model, optimizer)
-    state = {'model': model_state, 'optimizer': optimizer_state}
-    dcp.load(state, checkpoint_id=path)  # each rank reads the shards it owns
-    set_state_dict(model, optimizer, model_state_dict=state['model'],
-                   optim_state_dict=state['optimizer'])
-
-
-def missing_files(path):
-    """One line when a file that path's .metadata lists is not there, or None."""
-    listed = dcp.FileSystemReader(path).read_metadata().storage_data.values()
-    missing = sorted({info.relative_path for info in listed} - set(os.listdir(path)))
-    if missing:  # lost or not copied since: DCP writes .metadata after every file
-        return (f'--snapshot {path} is incomplete ({", ".join(missing)} missing): '
-                'remove that folder to resume from the one before it.')
-    return None
 
 
 def snapshot_config(args):
