@@ -26,7 +26,10 @@ TORCH_INDEX ?=
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
+# a cell that hangs fails after 15 minutes (nbval's default is 2000 s); the slowest, chapter
+# 6's ten-epoch runs, take about 5 minutes in make test
+NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
+          --nbval-cell-timeout=900
 # Tests and chapters run JOBS at a time (pytest-xdist; one file per worker, so a file's
 # tests and a chapter's cells stay in order on one kernel). JOBS=1: one at a time.
 JOBS   ?= 2

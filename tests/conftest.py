@@ -127,3 +127,24 @@ def left_after(marker, seconds=15):
 def leftovers():
     """left_after: what a job left running, after up to 15 s (a test's tmp_path marks it)."""
     return left_after
+
+
+@pytest.fixture(scope='session')
+def spawn():
+    """mp.start_processes with join=True, within a limit: a rank that waits forever in a
+    collective fails the test after `timeout` s instead of hanging pytest."""
+    import torch.multiprocessing as mp
+
+    def run(worker, args, nprocs, timeout=300):
+        context = mp.start_processes(worker, args=args, nprocs=nprocs, join=False,
+                                     start_method='spawn')
+        deadline = time.monotonic() + timeout
+        # join raises ProcessRaisedException when a rank fails (and ends the others)
+        while not context.join(timeout=max(0.1, deadline - time.monotonic())):
+            if time.monotonic() >= deadline:
+                for process in context.processes:
+                    process.kill()
+                    process.join()
+                pytest.fail(f'{nprocs} processes ran past {timeout} s: a collective '
+                            'that some rank never joined?')
+    return run

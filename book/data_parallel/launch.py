@@ -163,7 +163,7 @@ def launch(*commands, env=None, timeout=900, echo=False, bandwidth=None):
     if problem:
         raise RuntimeError(f'bandwidth={bandwidth:g} cannot be set on this machine: '
                            f'{problem}')
-    mark = secrets.token_hex(8)
+    mark = f'{os.getpid()}-{secrets.token_hex(8)}'  # processes.left_by reads the pid
     env = {**os.environ, 'PYTHONUNBUFFERED': '1', **(env or {}), processes.MARK: mark}
     if env.get(DATA_ENV):  # relative to this folder, as data_root reads it, not theirs
         env[DATA_ENV] = str(Path(env[DATA_ENV]).absolute())

@@ -13,7 +13,11 @@ import time
 import psutil
 
 MARK = 'MULTIGPU_LAUNCH'
-"""Environment variable that carries a launch's own mark to every process it starts."""
+"""Environment variable that carries a launch's own mark to every process it starts.
+
+The mark is the launching process's pid, a dash and a random token: `left_by` finds
+what any launch of one process left, `marked` what one launch left.
+"""
 
 
 # Reading the process table is best effort. A process that vanishes or is not ours
@@ -51,10 +55,20 @@ def marked(mark):
     The mark is inherited by every process a job starts, in any session, even one whose
     parent ended before a walk could see it.
     """
+    return _carrying(lambda found: found == mark)
+
+
+def left_by(pid):
+    """Every readable process that a launch by process pid started, as started pairs."""
+    return _carrying(lambda found: found.startswith(f'{pid}-'))
+
+
+def _carrying(wanted):
+    """The readable processes whose mark passes wanted(mark), as started pairs."""
     try:
         return {(proc.pid, proc.info['create_time'])
                 for proc in psutil.process_iter(['environ', 'create_time'])
-                if (proc.info['environ'] or {}).get(MARK) == mark}
+                if wanted((proc.info['environ'] or {}).get(MARK, ''))}
     except Exception:  # a table that cannot be read (see above)
         return set()
 

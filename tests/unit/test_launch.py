@@ -369,3 +369,35 @@ def test_with_no_proc_a_job_still_ends_with_nothing_left(job, said, hidden_proc,
                             capture_output=True, text=True, timeout=180)
     assert caller.stdout.splitlines() == ['/proc exists: False', *said], caller.stderr
     assert leftovers(marker) == []
+
+
+def test_left_by_finds_what_outlived_a_launch_of_this_process(marker):
+    """A launch's mark begins with its caller's pid; left_by finds what carries it."""
+    show = "import os; print(os.environ['MULTIGPU_LAUNCH'])"
+    mark, = launch.launch([sys.executable, '-c', show], timeout=60)
+    assert mark.startswith(f'{os.getpid()}-'), mark
+    assert processes.left_by(os.getpid()) == set()  # the launch took its own along
+    env = {**os.environ, processes.MARK: f'{os.getpid()}-left'}
+    sleeper = [sys.executable, '-c', 'import time; time.sleep(300)', marker]
+    with subprocess.Popen(sleeper, env=env) as child:
+        try:  # the environment is the parent's until the exec: look until it shows
+            deadline = time.monotonic() + 30
+            while (child.pid not in dict(processes.left_by(os.getpid()))
+                   and time.monotonic() < deadline):
+                time.sleep(0.05)
+            assert child.pid in dict(processes.left_by(os.getpid()))
+            assert child.pid not in dict(processes.left_by(os.getpid() + 1))
+        finally:
+            child.kill()
+
+
+def _never_ends(rank):
+    """A rank that waits forever, as one whose peer skipped a collective does."""
+    time.sleep(600 if rank else 0)
+
+
+def test_spawned_processes_that_never_end_fail_the_test_in_time(spawn):
+    start = time.monotonic()
+    with pytest.raises(pytest.fail.Exception, match='ran past 5 s'):
+        spawn(_never_ends, (), 2, timeout=5)
+    assert time.monotonic() - start < 60

@@ -3,13 +3,11 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 import socket
 import threading
-import time
 from unittest import mock
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import data_parallel as dp
 from data_parallel import performance
@@ -102,13 +100,12 @@ RING_SHAPES = [(n,) for n in RING_SIZES] + [(3, 5)]
 
 @pytest.mark.slow  # spawns world_size processes
 @pytest.mark.parametrize('world_size', [2, 3, 4])
-def test_ring_and_star_equal_torch_all_reduce(world_size):
+def test_ring_and_star_equal_torch_all_reduce(world_size, spawn):
     assert any(n < world_size for n in RING_SIZES)
     assert any(n % world_size for n in RING_SIZES if n > world_size)
     port = free_port()
     # a rank's failed assert ends the others and raises ProcessRaisedException here
-    mp.start_processes(_worker, args=(world_size, port, RING_SHAPES),
-                       nprocs=world_size, join=True, start_method='spawn')
+    spawn(_worker, (world_size, port, RING_SHAPES), world_size)
     with socket.socket() as s:  # the rendezvous port is free again
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(('127.0.0.1', port))

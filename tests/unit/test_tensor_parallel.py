@@ -6,7 +6,6 @@ import socket
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 import data_parallel as dp
@@ -61,11 +60,10 @@ def _worker(rank, world_size, port):
 
 @pytest.mark.slow  # spawns world_size processes
 @pytest.mark.parametrize('world_size', [2, 3])
-def test_split_layers_equal_one_device_in_output_and_gradients(world_size):
+def test_split_layers_equal_one_device_in_output_and_gradients(world_size, spawn):
     port = free_port()
     # a rank's failed assert ends the others and raises ProcessRaisedException here
-    mp.start_processes(_worker, args=(world_size, port), nprocs=world_size, join=True,
-                       start_method='spawn')
+    spawn(_worker, (world_size, port), world_size)
     with socket.socket() as s:  # the rendezvous port is free again
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(('127.0.0.1', port))
