@@ -4,9 +4,13 @@ No traceback from inside a library, no hang, and nothing on disk changed: the DD
 program's flags and snapshot file, the data files, the other programs' flags, and the
 helper package's public functions.
 """
+import contextlib
 import shutil
+import socket
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 import torch
@@ -151,3 +155,53 @@ def test_programs_answer_bad_flags_with_one_line(argv, message):
 def test_helper_functions_check_their_arguments(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+@contextlib.contextmanager
+def refusing_proxy():
+    """An HTTP proxy on loopback that closes every connection: (its URL, [count])."""
+    server = socket.create_server(('127.0.0.1', 0))
+    server.settimeout(0.1)
+    count, done = [0], threading.Event()
+
+    def serve():
+        while not done.is_set():
+            with contextlib.suppress(TimeoutError):
+                server.accept()[0].close()
+                count[0] += 1
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f'http://127.0.0.1:{server.getsockname()[1]}', count
+    finally:
+        done.set()
+        thread.join()
+        server.close()
+
+
+@pytest.mark.slow  # two torchrun jobs
+def test_offline_without_data_one_process_downloads_and_says_so(tmp_path):
+    """C4: every worker of a job wanted the data; only the first one may try to fetch
+    it, so a job of 2 processes makes the requests of a job of 1, and ends in one line.
+    """
+    requests = {}
+    for world_size in (1, 2):
+        empty = tmp_path / f'empty-{world_size}'
+        empty.mkdir()
+        with refusing_proxy() as (proxy, count):
+            env = {'CUDA_VISIBLE_DEVICES': '', dp.DATA_ENV: str(empty),
+                   **{name: proxy for name in ('http_proxy', 'https_proxy',
+                                               'HTTP_PROXY', 'HTTPS_PROXY')},
+                   'no_proxy': '', 'NO_PROXY': ''}
+            start = time.monotonic()
+            with pytest.raises(RuntimeError) as error:
+                launch.launch(launch.torchrun_command(['--epochs', 1], world_size),
+                              env=env, timeout=120)
+            requests[world_size] = count[0]
+        assert time.monotonic() - start < 60
+        raw = empty / 'FashionMNIST' / 'raw'
+        assert f'Fashion-MNIST is not in {raw} and downloading it failed' \
+               in str(error.value), error.value
+        assert 'Traceback (most recent' not in str(error.value), error.value
+        assert list(empty.iterdir()) == []  # nothing left behind
+    assert requests[1] > 0 and requests[2] == requests[1], requests
