@@ -75,7 +75,7 @@ EXACT = {
     ('03', 'rather than 2.3)'): 'log 10, the loss of a uniform guess',
     ('03', 'about 0.5 MiB'): '129,068 x 4 bytes',
     ('05', 'about 1.2 % of'): '1/86, from the shard sizes',
-    ('06', 'sit at 0.10, chance'): 'ten classes: chance level',
+    ('06', 'plateau at 0.10, chance'): 'ten classes: chance level',
     ('06', 'chance level (10 %)'): 'ten classes: chance level',
     ('06', '79 % of the values'): "W3's share of LeNet's 129,068 parameters",
     ('07', "LeNet's 0.13 million"): '129,068 parameters',
