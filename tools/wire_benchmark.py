@@ -14,13 +14,16 @@ takes the median compute time). Times are medians of --steps steps in one job; b
 are those rank 0 wrote to gloo's sockets.
 
 A row with a check is a claim of chapter 10, held to the tolerance its hidden cells
-used to: buckets make the step shorter than one bucket (1000 and 200 Mbit/s); the fp16
+used to: buckets make the step shorter than one bucket (1000 and 200 Mbit/s), and no
+shorter than the bound the text derives, the longer of the job's compute and the
+allreduce alone on the wire (less 0.05: the filter's burst, and compute timed apart from
+the step it bounds); the fp16
 hook sends 0.45-0.55 x the bytes, in a shorter step; accumulation sends a quarter of
 the bytes per example (+-5 %); the cost model (dp.step_seconds with the job's compute
 and one wire shared by both processes) within 25 % of the step at every rate; at 100
 Mbit/s the step takes over 0.9 x the bytes' time; at the break-even rate 0.75-1.6 x
-the model. A target in parentheses is a goal the text does not claim (issue 25's 0.85
-for the overlap): printed, never checked. The missed claims are named again last; with
+the model. A target in parentheses is a goal the text does not claim: printed, never
+checked. The missed claims are named again last; with
 --check they make the exit status 1. Run it on a machine it has to itself: anything
 beside it slows the compute each prediction starts from.
 """
@@ -50,6 +53,7 @@ ACCUMULATE = 4
 # Exercise 1: at a few Gbit/s the shaped loopback is less exact than below one (0.90 to
 # 1.31 x the prediction measured); a model without the allreduce would be 2 x off.
 MODEL_ERROR, WALL, BREAK_EVEN = 0.25, 0.9, (0.75, 1.6)
+BOUND_SLACK = 0.05  # the overlap's bound, less this, is the least step / one bucket
 
 
 def parse_args(argv=None):
@@ -96,7 +100,7 @@ def run_jobs(steps):
                       ['compute', 'one-bucket', 'accumulate', 'fp16'],
                       ['--accumulate', ACCUMULATE])
     deep = {rate: job('6 x 1024 MLP, batch 4096, buckets of 4 MB', rate, DEEP, steps,
-                      ['one-bucket', 'buckets']) for rate in OVERLAP_RATES}
+                      ['compute', 'one-bucket', 'buckets']) for rate in OVERLAP_RATES}
     rate = break_even_rate(small)
     even = {rate: job(f'{title}, break-even', rate, SMALL, steps)}
     return {'small': small, 'deep': deep, 'break_even': even}
@@ -107,6 +111,12 @@ def predicted_step(record, rate):
     # compute measured beside the step it predicts, in the same job
     return dp.step_seconds(record['compute']['step_seconds'], record['num_values'], K,
                            rate / 8 / K)
+
+
+def overlap_bound(record, rate):
+    """The least step / one-bucket step any buckets allow: the compute, or the wire."""
+    wire = dp.allreduce_seconds(record['num_values'], K, rate / 8 / K)  # chapter 10's
+    return max(record['compute']['step_seconds'], wire) / step(record)
 
 
 def ratio(record, variant, field, base='one-bucket'):
@@ -124,10 +134,11 @@ def table_rows(runs):
     deep, small, at_rate = runs['deep'], runs['small'], runs['small'][RATE]
     rows = [('Overlap: 6 x 1024 MLP, batch 4096 (step / one-bucket step)',
              None, None, None)]
-    for rate in OVERLAP_RATES:  # issue 25's goal at 200 Mbit/s: printed, not claimed
+    for rate in OVERLAP_RATES:  # shorter than one bucket, not shorter than the bound
+        low = overlap_bound(deep[rate], rate) - BOUND_SLACK
         rows.append((f'buckets of 4 MB, {mbit(rate)}',
-                     ratio(deep[rate], 'buckets', 'step_seconds'),
-                     '< 1 (goal 0.85)' if rate == RATE else '< 1', lambda x: x < 1))
+                     ratio(deep[rate], 'buckets', 'step_seconds'), f'< 1, >= {low:.2f}',
+                     lambda x, low=low: low <= x < 1))
     rows += [
         (f'fp16 hook, 2 x 1024 MLP, batch 1024, {mbit(RATE)} (fp16 / one bucket)',
          None, None, None),

@@ -14,6 +14,9 @@ ROOT = dp.repo_root()
 BATCH = 256
 N = 1_863_690  # values of the 2 x 1024 MLP
 COMPUTE = 0.080  # seconds per step under no_sync()
+# the deep MLP's step under no_sync(): 0.6 of its 3 s one-bucket step, longer than the
+# allreduce alone at 1000 and at 200 Mbit/s (0.12 and 0.60 s), so the bound is 0.60
+DEEP = (1.8, 0.0, 4096)
 BREAK_EVEN = 2 * N * 4 * 8 / COMPUTE  # bits/s: the allreduce takes the compute time
 WALL = "step / both processes' bytes at 100 Mbit/s"
 EVEN = f'step at the break-even rate, {BREAK_EVEN / 1e6:.0f} Mbit/s'
@@ -33,8 +36,8 @@ def model(rate, error):
     return dp.step_seconds(COMPUTE, N, 2, rate / 8 / 2) * (1 + error)
 
 
-# Every claim met, with the goals of issue 25 missed: overlap 0.89 at 200 Mbit/s (goal
-# 0.85) and an fp16 step of 0.70 (goal 0.65) are met claims, as the text claims < 1.
+# Every claim met, with the goal of issue 25 missed: an fp16 step of 0.70 (goal 0.65) is
+# a met claim, as the text claims < 1. The overlap's bound is 0.60 at both rates (DEEP).
 MET = {'overlap': {1000e6: 0.72, 200e6: 0.89}, 'fp16_bytes': 0.50, 'fp16_step': 0.70,
        'accumulated': 4.0, 'break_even': 1.31,
        'errors': {1000e6: 0.10, 400e6: -0.20, 200e6: 0.05, 100e6: 0.0}}
@@ -56,7 +59,8 @@ def fake_runs(**changed):
     small[200e6].update(record(
         accumulate=(1.2 * step, sent, 1024 * ratios['accumulated']),
         fp16=(ratios['fp16_step'] * step, ratios['fp16_bytes'] * sent, 1024)))
-    deep = {rate: record(one_bucket=(3.0, 8 * N, 4096), buckets=(3.0 * r, 8 * N, 4096))
+    deep = {rate: record(compute=DEEP, one_bucket=(3.0, 8 * N, 4096),
+                         buckets=(3.0 * r, 8 * N, 4096))
             for rate, r in ratios['overlap'].items()}
     even = record(compute=compute, one_bucket=(  # measured / predicted as given
         model(BREAK_EVEN, ratios['break_even'] - 1), sent, 1024))
@@ -144,8 +148,8 @@ def test_wire_without_a_throttled_wire_says_why_in_one_line(capsys, monkeypatch,
 
 # The rows of each table with every claim met: (ratio, target, 'met' or '' for a goal)
 ROWS = {wire_benchmark: {
-    'buckets of 4 MB, 1000 Mbit/s': (0.72, '< 1', 'met'),
-    'buckets of 4 MB, 200 Mbit/s': (0.89, '< 1 (goal 0.85)', 'met'),
+    'buckets of 4 MB, 1000 Mbit/s': (0.72, '< 1, >= 0.55', 'met'),
+    'buckets of 4 MB, 200 Mbit/s': (0.89, '< 1, >= 0.55', 'met'),
     'bytes per step': (0.50, '0.45-0.55', 'met'),
     'step time': (0.70, '< 1 (goal 0.65)', 'met'),
     'bytes per example: one bucket / accumulated': (4.00, '4 +-5 %', 'met'),
@@ -183,6 +187,8 @@ def test_table_marks_each_claim_and_prints_each_goal(run, tool):
 MISSES = [(wire_benchmark, changed, missed) for changed, missed in [
     ({'overlap': {1000e6: 1.0}}, 'Overlap: buckets of 4 MB, 1000 Mbit/s'),
     ({'overlap': {200e6: 1.02}}, 'Overlap: buckets of 4 MB, 200 Mbit/s'),
+    # faster than the compute alone allows: the buckets skipped some of the work
+    ({'overlap': {200e6: 0.54}}, 'Overlap: buckets of 4 MB, 200 Mbit/s'),
     ({'fp16_bytes': 0.6}, 'fp16 hook: bytes per step'),
     ({'fp16_step': 1.05}, 'fp16 hook: step time'),
     ({'accumulated': 3.7}, 'Accumulation of 4 micro-batches of 1024: '
@@ -259,3 +265,11 @@ def test_make_runs_both_benchmarks(tmp_path, make_env, target, flags):
     python = f'{venv}/bin/python -m tools'
     assert out.splitlines()[-2:] == [f'{python}.benchmark{flags}',
                                      f'{python}.wire_benchmark{flags}']
+
+
+@pytest.mark.parametrize('compute, bound', [(0.1, N * 4 / 12.5e6), (0.9, 0.9)],
+                         ids=['the wire', 'the compute'])
+def test_wire_overlap_bound_is_the_longer_of_compute_and_the_wire(compute, bound):
+    # at 200 Mbit/s shared by 2 processes: N values of 4 bytes at 12.5 MB/s, 0.60 s
+    one_bucket = record(compute=(compute, 0.0, 4096), one_bucket=(1.0, 4 * N, 4096))
+    assert wire_benchmark.overlap_bound(one_bucket, 200e6) == pytest.approx(bound)
