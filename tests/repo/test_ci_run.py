@@ -20,7 +20,7 @@ if [ "$1" = "$FAKE_SLOW" ]; then sleep 30; fi
 '''
 
 
-def ci(tmp_path, budget, slow='', fail=''):
+def ci(tmp_path, budget, slow='', fail='', **extra):
     """Run .ci/run with the stand-in make; (exit code, output, targets asked for)."""
     (tmp_path / 'bin').mkdir()
     make = tmp_path / 'bin' / 'make'
@@ -29,7 +29,7 @@ def ci(tmp_path, budget, slow='', fail=''):
     log = tmp_path / 'make.log'
     env = dict(os.environ, PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}",
                CI_BUDGET_S=str(budget), FAKE_LOG=str(log), FAKE_SLOW=slow,
-               FAKE_FAIL=fail, MULTIGPU_DATA=str(tmp_path))
+               FAKE_FAIL=fail, MULTIGPU_DATA=str(tmp_path), **extra)
     if budget is None:  # .ci/run's own default, as in CI
         del env['CI_BUDGET_S']
     done = subprocess.run(['bash', str(ROOT / '.ci' / 'run')], env=env, text=True,
@@ -68,6 +68,21 @@ def test_a_stage_past_the_budget_fails_with_one_line(tmp_path):
     assert failed == ['ci: FAILED: make test ran past the '
                       '3 s budget of the whole run; the stage times above show what '
                       'got slower'], out
+
+
+@pytest.mark.skipif(not hasattr(os, 'geteuid') or os.geteuid() != 0,
+                    reason="as root only: a user cannot open another's folders")
+def test_as_root_the_run_lets_the_reader_stand_in_reach_python(tmp_path):
+    """Python in a home of mode 700: the tests run as uid 65534 would skip."""
+    home = tmp_path / 'home'
+    (home / 'bin').mkdir(parents=True)
+    home.chmod(0o700)
+    python = home / 'bin' / 'python3'  # prints where it is, as sys.executable would
+    python.write_text(f'#!/bin/sh\necho {python}\n')
+    python.chmod(0o755)
+    rc, out, _ = ci(tmp_path, budget=600, PYTHON=str(python))
+    assert rc == 0, out
+    assert home.stat().st_mode & 0o777 == 0o701  # others pass through, cannot list
 
 
 def test_a_failing_stage_stops_the_run_with_its_exit_code(tmp_path):
