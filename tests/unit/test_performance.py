@@ -1,7 +1,5 @@
 """Chapter 8's helpers; tensors are compared on the CPU, so these also run on a GPU."""
-import os
 from concurrent.futures import ThreadPoolExecutor
-import socket
 import threading
 from unittest import mock
 
@@ -11,7 +9,6 @@ import torch.distributed as dist
 
 import data_parallel as dp
 from data_parallel import performance
-from data_parallel.launch import free_port
 
 
 def batch(n=255, seed=1):
@@ -69,10 +66,11 @@ def test_flat_params_are_views_of_a_copy():
     assert params[0].abs().sum() > 0  # the input's own values are left alone
 
 
-def _worker(rank, world_size, port, shapes):
-    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+def _worker(rank, world_size, store, shapes):
     torch.set_num_threads(1)
-    dist.init_process_group('gloo', rank=rank, world_size=world_size)
+    # a file to meet at, not a port: a free port found first can be taken meanwhile
+    dist.init_process_group('gloo', store=dist.FileStore(store, world_size), rank=rank,
+                            world_size=world_size)
     # a spy in this spawned process only: the test's process is untouched
     spy = dist.batch_isend_irecv = mock.Mock(wraps=dist.batch_isend_irecv)
     generator = torch.Generator().manual_seed(rank)
@@ -100,15 +98,11 @@ RING_SHAPES = [(n,) for n in RING_SIZES] + [(3, 5)]
 
 @pytest.mark.slow  # spawns world_size processes
 @pytest.mark.parametrize('world_size', [2, 3, 4])
-def test_ring_and_star_equal_torch_all_reduce(world_size, spawn):
+def test_ring_and_star_equal_torch_all_reduce(world_size, spawn, tmp_path):
     assert any(n < world_size for n in RING_SIZES)
     assert any(n % world_size for n in RING_SIZES if n > world_size)
-    port = free_port()
     # a rank's failed assert ends the others and raises ProcessRaisedException here
-    spawn(_worker, (world_size, port, RING_SHAPES), world_size)
-    with socket.socket() as s:  # the rendezvous port is free again
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(('127.0.0.1', port))
+    spawn(_worker, (world_size, str(tmp_path / 'store'), RING_SHAPES), world_size)
 
 
 def test_cost_model():

@@ -1,7 +1,5 @@
 """Chapter 11's split layers against one device, in spawned gloo processes on the CPU."""
 import copy
-import os
-import socket
 
 import pytest
 import torch
@@ -9,7 +7,6 @@ import torch.distributed as dist
 from torch import nn
 
 import data_parallel as dp
-from data_parallel.launch import free_port
 
 
 def test_check_split_refuses_uneven_splits_in_one_line():
@@ -23,10 +20,11 @@ def _difference(a, b):
     return (a.detach() - b.detach()).abs().max().item()
 
 
-def _worker(rank, world_size, port):
-    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+def _worker(rank, world_size, store):
     torch.set_num_threads(1)
-    dist.init_process_group('gloo', rank=rank, world_size=world_size)
+    # a file to meet at, not a port: a free port found first can be taken meanwhile
+    dist.init_process_group('gloo', store=dist.FileStore(store, world_size), rank=rank,
+                            world_size=world_size)
     try:
         torch.manual_seed(0)  # the same layers and inputs on every rank
         conv = nn.Conv2d(3, 4 * world_size, 3, padding=1)
@@ -60,10 +58,7 @@ def _worker(rank, world_size, port):
 
 @pytest.mark.slow  # spawns world_size processes
 @pytest.mark.parametrize('world_size', [2, 3])
-def test_split_layers_equal_one_device_in_output_and_gradients(world_size, spawn):
-    port = free_port()
+def test_split_layers_equal_one_device_in_output_and_gradients(world_size, spawn,
+                                                               tmp_path):
     # a rank's failed assert ends the others and raises ProcessRaisedException here
-    spawn(_worker, (world_size, port), world_size)
-    with socket.socket() as s:  # the rendezvous port is free again
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(('127.0.0.1', port))
+    spawn(_worker, (world_size, str(tmp_path / 'store')), world_size)
