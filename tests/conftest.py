@@ -129,6 +129,16 @@ def leftovers():
     return left_after
 
 
+@pytest.fixture
+def store_port():
+    """The port of a TCPStore this test's process holds open: its spawned ranks meet
+    there, and no other job can take it meanwhile, as it can a port found free first."""
+    import torch.distributed as dist
+    store = dist.TCPStore('127.0.0.1', 0, is_master=True, wait_for_workers=False)
+    yield store.port
+    del store
+
+
 @pytest.fixture(scope='session')
 def spawn():
     """mp.start_processes with join=True, within a limit: a rank that waits forever in a

@@ -66,11 +66,10 @@ def test_flat_params_are_views_of_a_copy():
     assert params[0].abs().sum() > 0  # the input's own values are left alone
 
 
-def _worker(rank, world_size, store, shapes):
+def _worker(rank, world_size, port, shapes):
     torch.set_num_threads(1)
-    # a file to meet at, not a port: a free port found first can be taken meanwhile
-    dist.init_process_group('gloo', store=dist.FileStore(store, world_size), rank=rank,
-                            world_size=world_size)
+    store = dist.TCPStore('127.0.0.1', port, is_master=False)  # the test holds it
+    dist.init_process_group('gloo', store=store, rank=rank, world_size=world_size)
     # a spy in this spawned process only: the test's process is untouched
     spy = dist.batch_isend_irecv = mock.Mock(wraps=dist.batch_isend_irecv)
     generator = torch.Generator().manual_seed(rank)
@@ -98,11 +97,11 @@ RING_SHAPES = [(n,) for n in RING_SIZES] + [(3, 5)]
 
 @pytest.mark.slow  # spawns world_size processes
 @pytest.mark.parametrize('world_size', [2, 3, 4])
-def test_ring_and_star_equal_torch_all_reduce(world_size, spawn, tmp_path):
+def test_ring_and_star_equal_torch_all_reduce(world_size, spawn, store_port):
     assert any(n < world_size for n in RING_SIZES)
     assert any(n % world_size for n in RING_SIZES if n > world_size)
     # a rank's failed assert ends the others and raises ProcessRaisedException here
-    spawn(_worker, (world_size, str(tmp_path / 'store'), RING_SHAPES), world_size)
+    spawn(_worker, (world_size, store_port, RING_SHAPES), world_size)
 
 
 def test_cost_model():

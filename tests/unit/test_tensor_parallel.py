@@ -20,11 +20,10 @@ def _difference(a, b):
     return (a.detach() - b.detach()).abs().max().item()
 
 
-def _worker(rank, world_size, store):
+def _worker(rank, world_size, port):
     torch.set_num_threads(1)
-    # a file to meet at, not a port: a free port found first can be taken meanwhile
-    dist.init_process_group('gloo', store=dist.FileStore(store, world_size), rank=rank,
-                            world_size=world_size)
+    store = dist.TCPStore('127.0.0.1', port, is_master=False)  # the test holds it
+    dist.init_process_group('gloo', store=store, rank=rank, world_size=world_size)
     try:
         torch.manual_seed(0)  # the same layers and inputs on every rank
         conv = nn.Conv2d(3, 4 * world_size, 3, padding=1)
@@ -59,6 +58,6 @@ def _worker(rank, world_size, store):
 @pytest.mark.slow  # spawns world_size processes
 @pytest.mark.parametrize('world_size', [2, 3])
 def test_split_layers_equal_one_device_in_output_and_gradients(world_size, spawn,
-                                                               tmp_path):
+                                                               store_port):
     # a rank's failed assert ends the others and raises ProcessRaisedException here
-    spawn(_worker, (world_size, str(tmp_path / 'store')), world_size)
+    spawn(_worker, (world_size, store_port), world_size)
