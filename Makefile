@@ -30,16 +30,18 @@ STAMP  := $(VENV)/.installed
 # 6's ten-epoch runs, take about 5 minutes in make test
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
           --nbval-cell-timeout=900
-# Tests and chapters run JOBS at a time (pytest-xdist; one file per worker, so a file's
-# tests and a chapter's cells stay in order on one kernel). JOBS=1: one at a time.
+# Tests and chapters run JOBS at a time (pytest-xdist; each file whole on one worker, so
+# a file's tests and a chapter's cells stay in order on one kernel; conftest.py groups
+# them). JOBS=1: one at a time.
 JOBS   ?= 2
-XDIST  := $(if $(filter-out 0 1,$(JOBS)),-n $(JOBS) --dist loadfile)
+XDIST  := $(if $(filter-out 0 1,$(JOBS)),-n $(JOBS) --dist loadgroup)
 # the training chapter first: its two ten-epoch runs take longest, the rest fit beside;
-# chapter 7 last, alone: it compares DDP with the runs chapter 6 stores (run beside it,
-# it finds none yet and trains both again, ten minutes more)
+# chapter 7 last, on chapter 6's worker (conftest.py): it compares DDP with the runs
+# chapter 6 stores (run before them, it finds none and trains both again)
 FIRST    := book/06_training.ipynb
 LAST     := book/07_distributed_data_parallel.ipynb
-CHAPTERS := $(FIRST) $(filter-out $(FIRST) $(LAST),$(sort $(wildcard book/[0-9][0-9]_*.ipynb)))
+CHAPTERS := $(FIRST) $(filter-out $(FIRST) $(LAST),$(sort $(wildcard book/[0-9][0-9]_*.ipynb))) \
+            $(LAST)
 
 .PHONY: book test unit nbval speed execute lab reader-copies clean distclean
 
@@ -64,14 +66,12 @@ book: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest $(XDIST) $(NBVAL) --durations=15 $(FIRST) tests \
 	  $(filter-out $(FIRST),$(CHAPTERS))
-	$(PY) -m pytest $(NBVAL) --durations=5 $(LAST)
 
 unit: $(STAMP)
 	$(PY) -m pytest -m "not slow" tests
 
 nbval: $(STAMP)
 	$(PY) -m pytest $(XDIST) $(NBVAL) --durations=10 $(CHAPTERS)
-	$(PY) -m pytest $(NBVAL) --durations=5 $(LAST)
 
 # The speed-ups, bandwidths, overlap and cost models the text claims, each held to its
 # tolerance (tools/benchmark.py, then tools/wire_benchmark.py on a throttled loopback:

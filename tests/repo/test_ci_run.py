@@ -5,6 +5,7 @@ and logs the targets it was asked for, so the guard is tested in seconds.
 """
 import os
 import subprocess
+import sys
 import time
 
 import pytest
@@ -126,17 +127,48 @@ def test_setup_installs_only_the_missing_font(tmp_path, make_env):
 
 @pytest.mark.parametrize('target', ['test', 'nbval'])
 def test_every_chapter_runs_once_and_chapter_7_after_chapter_6(target, make_env):
-    """Chapter 7 reads the runs chapter 6 stores: beside it, it would train both again."""
+    """Chapter 7 reads the runs chapter 6 stores: before them, it would train both again."""
     plan = subprocess.run(['make', '-n', '--no-print-directory', target, 'JOBS=2'],
                           cwd=ROOT, env=make_env, capture_output=True, text=True,
                           timeout=60)
     assert plan.returncode == 0, plan.stderr
     lines = plan.stdout.replace('\\\n', ' ').splitlines()  # join continued lines
-    runs = [line.split() for line in lines if ' pytest ' in line]
-    named = [word for run in runs for word in run if word.startswith('book/')]
+    run, = [line.split() for line in lines if ' pytest ' in line]
+    named = [word for word in run if word.startswith('book/')]
     chapters = sorted(f'book/{p.name}' for p in (ROOT / 'book').glob('[0-9][0-9]_*.ipynb'))
     assert sorted(named) == chapters, plan.stdout
-    first = next(i for i, run in enumerate(runs) if 'book/06_training.ipynb' in run)
-    last, = [i for i, run in enumerate(runs)
-             if 'book/07_distributed_data_parallel.ipynb' in run]
-    assert last > first and '-n' not in runs[last], plan.stdout  # after it, alone
+    assert named.index('book/06_training.ipynb') < named.index(
+        'book/07_distributed_data_parallel.ipynb'), plan.stdout
+    assert '--dist loadgroup' in ' '.join(run), plan.stdout  # the groups of conftest.py
+
+
+# Prints each item's file and the xdist group conftest.py gave it, without running any.
+GROUPS = """
+import sys, pytest
+class Show:
+    def pytest_collection_finish(self, session):
+        for item in session.items:
+            mark = item.get_closest_marker('xdist_group')
+            print('GROUP', item.nodeid.split('::')[0], mark.args[0] if mark else None)
+sys.exit(pytest.main(['--co', '-q', '--nbval', *sys.argv[1:]], plugins=[Show()]))
+"""
+
+
+def test_chapter_7_shares_chapter_6s_worker_and_every_other_file_has_its_own():
+    """xdist's loadgroup runs a group on one worker, in order: chapter 7 after chapter 6."""
+    files = ['book/06_training.ipynb', 'book/01_splitting_the_problem.ipynb',
+             'tests/unit/test_devices.py', 'book/07_distributed_data_parallel.ipynb']
+    done = subprocess.run([sys.executable, '-c', GROUPS, *files], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    groups = {}
+    for line in done.stdout.splitlines():
+        if line.startswith('GROUP '):
+            _, path, group = line.split()
+            groups.setdefault(path, set()).add(group)
+    assert groups == {'book/06_training.ipynb': {'book/06_training.ipynb'},
+                      'book/01_splitting_the_problem.ipynb':
+                          {'book/01_splitting_the_problem.ipynb'},
+                      'tests/unit/test_devices.py': {'tests/unit/test_devices.py'},
+                      'book/07_distributed_data_parallel.ipynb':
+                          {'book/06_training.ipynb'}}, done.stdout
