@@ -44,12 +44,32 @@ def read(path):
                  'Pass a .ipynb file saved by Jupyter.')
 
 
+class NotSaved(Exception):
+    """The run ended, but what it would store is not fit to publish."""
+
+
+def glued_nan(nb):
+    """Names glued as NaN: a measurement the text quotes did not run on this machine."""
+    return [output.metadata['scrapbook']['name']
+            for cell in nb.cells if cell.cell_type == 'code'
+            for output in cell.get('outputs', [])
+            if 'scrapbook' in output.get('metadata', {})
+            and 'nan' in [value for key, value in output.get('data', {}).items()
+                          if key.endswith('text/plain')]]
+
+
 def execute(path):
     """Execute one notebook in place; return the seconds it took."""
     nb = read(path)
     start = time.perf_counter()
     NotebookClient(nb, timeout=3600, kernel_name='python3', record_timing=False,
                    resources={'metadata': {'path': str(path.parent)}}).execute()
+    # chapter 10 without a throttled wire glues NaN: the page would read "nan ms"
+    missing = glued_nan(nb)
+    if missing:
+        raise NotSaved(f'{len(missing)} value(s) the text quotes were not measured here '
+                       f'({", ".join(missing[:3])}{", ..." if len(missing) > 3 else ""}); '
+                       'the chapter says what it needs in its first cells')
     for cell in nb.cells:
         if cell.cell_type == 'code':
             coalesce_streams(cell)
@@ -70,6 +90,8 @@ def main(paths):
         except CellExecutionError as error:  # the cell's own error, not a traceback
             sys.exit(f'{path}: not saved, a cell failed with '
                      f'{error.ename}: {error.evalue}')
+        except NotSaved as error:
+            sys.exit(f'{path}: not saved, {error}')
 
 
 if __name__ == '__main__':

@@ -48,3 +48,27 @@ def test_a_notebook_written_half_leaves_the_chapter_as_it_was(tmp_path, monkeypa
     with pytest.raises(OSError):
         execute_notebooks.execute(path)
     assert path.read_bytes() == before and os.listdir(tmp_path) == ['chapter.ipynb']
+
+
+def test_a_chapter_that_glues_nan_is_not_saved_and_says_which(tmp_path, monkeypatch,
+                                                            capsys):
+    """Chapter 10 without a throttled wire: "nan ms" must not reach the published page."""
+    path = tmp_path / 'chapter.ipynb'
+    cell = new_code_cell('glue')
+    nbformat.write(new_notebook(cells=[cell]), path)
+    before = path.read_bytes()
+
+    def run(nb, **kwargs):  # no kernel: the outputs a run that glued these would leave
+        nb.cells[0].outputs = [nbformat.v4.new_output(
+            'display_data', data={'application/papermill.record/text/plain': value},
+            metadata={'scrapbook': {'name': name,
+                                    'mime_prefix': 'application/papermill.record/'}})
+            for name, value in [('wall_ms', 'nan'), ('params_m', '1.86')]]
+        return types.SimpleNamespace(execute=lambda: nb)
+    monkeypatch.setattr(execute_notebooks, 'NotebookClient', run)
+    with pytest.raises(SystemExit) as stop:
+        execute_notebooks.main([str(path)])
+    assert str(stop.value) == (f'{path}: not saved, 1 value(s) the text quotes were not '
+                               'measured here (wall_ms); the chapter says what it needs '
+                               'in its first cells')
+    assert path.read_bytes() == before
