@@ -31,10 +31,9 @@ STAMP  := $(VENV)/.installed
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
           --nbval-cell-timeout=900
 # Tests and chapters run JOBS at a time (pytest-xdist; each file whole on one worker, so
-# a file's tests and a chapter's cells stay in order on one kernel; conftest.py groups
-# them). JOBS=1: one at a time.
+# a file's tests and a chapter's cells stay in order on one kernel). JOBS=1: one at a time.
 JOBS   ?= 2
-XDIST  := $(if $(filter-out 0 1,$(JOBS)),-n $(JOBS) --dist loadgroup)
+XDIST  := $(if $(filter-out 0 1,$(JOBS)),-n $(JOBS) --dist loadfile)
 # the training chapter first: its two ten-epoch runs take longest, the rest fit beside;
 # chapter 7 last, on chapter 6's worker (conftest.py): it compares DDP with the runs
 # chapter 6 stores (run before them, it finds none and trains both again)

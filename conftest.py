@@ -1,13 +1,18 @@
-"""How make test shares the work among pytest-xdist's workers (--dist loadgroup): each
+"""How make test shares the work among pytest-xdist's workers (--dist loadfile): each
 file whole on one worker, in order, and chapter 7 after chapter 6 on the same worker,
-because it reads the runs chapter 6 stores (beside it, it finds none and trains again)."""
-import pytest
+because it reads the runs chapter 6 stores (before them it finds none, trains again)."""
 
 SAME_WORKER = {'book/07_distributed_data_parallel.ipynb': 'book/06_training.ipynb'}
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the items
-def pytest_collection_modifyitems(items):
-    for item in items:
-        path = item.nodeid.split('::')[0]
-        item.add_marker(pytest.mark.xdist_group(SAME_WORKER.get(path, path)))
+def pytest_xdist_make_scheduler(config, log):
+    """loadfile's scheduler, with chapter 7 in chapter 6's unit of work."""
+    if config.getvalue('dist') != 'loadfile':
+        return None  # xdist's own (the browser check spreads its pages one by one)
+    from xdist.scheduler import LoadFileScheduling
+
+    class Chapters(LoadFileScheduling):
+        def _split_scope(self, nodeid):
+            path = super()._split_scope(nodeid)
+            return SAME_WORKER.get(path, path)
+    return Chapters(config, log)

@@ -127,7 +127,7 @@ def test_setup_installs_only_the_missing_font(tmp_path, make_env):
 
 @pytest.mark.parametrize('target', ['test', 'nbval'])
 def test_every_chapter_runs_once_and_chapter_7_after_chapter_6(target, make_env):
-    """Chapter 7 reads the runs chapter 6 stores: before them, it would train both again."""
+    """Chapter 7 reads the runs chapter 6 stores: before them it would train both again."""
     plan = subprocess.run(['make', '-n', '--no-print-directory', target, 'JOBS=2'],
                           cwd=ROOT, env=make_env, capture_output=True, text=True,
                           timeout=60)
@@ -139,36 +139,29 @@ def test_every_chapter_runs_once_and_chapter_7_after_chapter_6(target, make_env)
     assert sorted(named) == chapters, plan.stdout
     assert named.index('book/06_training.ipynb') < named.index(
         'book/07_distributed_data_parallel.ipynb'), plan.stdout
-    assert '--dist loadgroup' in ' '.join(run), plan.stdout  # the groups of conftest.py
+    assert '--dist loadfile' in ' '.join(run), plan.stdout  # conftest.py's scheduler
 
 
-# Prints each item's file and the xdist group conftest.py gave it, without running any.
-GROUPS = """
-import sys, pytest
-class Show:
-    def pytest_collection_finish(self, session):
-        for item in session.items:
-            mark = item.get_closest_marker('xdist_group')
-            print('GROUP', item.nodeid.split('::')[0], mark.args[0] if mark else None)
-sys.exit(pytest.main(['--co', '-q', '--nbval', *sys.argv[1:]], plugins=[Show()]))
-"""
+# The unit of work (scope) xdist's scheduler gives each test and cell, under make test's
+# options: one worker runs a scope's items, in the order collected.
+SCOPES = '''
+import sys
+from _pytest.config import _prepareconfig
+from xdist.remote import Producer
+config = _prepareconfig(['--tx', '2*popen', '--dist', 'loadfile', 'book'])
+scheduler = config.hook.pytest_xdist_make_scheduler(config=config, log=Producer('t'))
+for nodeid in sys.argv[1:]:
+    print(nodeid, '->', scheduler._split_scope(nodeid))
+'''
 
 
 def test_chapter_7_shares_chapter_6s_worker_and_every_other_file_has_its_own():
-    """xdist's loadgroup runs a group on one worker, in order: chapter 7 after chapter 6."""
-    files = ['book/06_training.ipynb', 'book/01_splitting_the_problem.ipynb',
-             'tests/unit/test_devices.py', 'book/07_distributed_data_parallel.ipynb']
-    done = subprocess.run([sys.executable, '-c', GROUPS, *files], cwd=ROOT,
+    six, seven = 'book/06_training.ipynb', 'book/07_distributed_data_parallel.ipynb'
+    one, unit = 'book/01_splitting_the_problem.ipynb', 'tests/unit/test_devices.py'
+    ids = [f'{six}::Cell 9', f'{seven}::Cell 6', f'{one}::Cell 0', f'{unit}::t[2]']
+    done = subprocess.run([sys.executable, '-c', SCOPES, *ids], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    groups = {}
-    for line in done.stdout.splitlines():
-        if line.startswith('GROUP '):
-            _, path, group = line.split()
-            groups.setdefault(path, set()).add(group)
-    assert groups == {'book/06_training.ipynb': {'book/06_training.ipynb'},
-                      'book/01_splitting_the_problem.ipynb':
-                          {'book/01_splitting_the_problem.ipynb'},
-                      'tests/unit/test_devices.py': {'tests/unit/test_devices.py'},
-                      'book/07_distributed_data_parallel.ipynb':
-                          {'book/06_training.ipynb'}}, done.stdout
+    assert done.stdout.splitlines() == [
+        f'{six}::Cell 9 -> {six}', f'{seven}::Cell 6 -> {six}',
+        f'{one}::Cell 0 -> {one}', f'{unit}::t[2] -> {unit}'], done.stdout
