@@ -8,7 +8,7 @@ throttled to the rate named (launch.run(..., bandwidth=...), which needs unshare
 and tc; where no such wire can be made it says so in one line and exits 2). Seven
 wire_workers `measure` jobs: the 2 x 1024 MLP (batch 1024) on the open loopback and
 at 1000, 400, 200 and 100 Mbit/s (compute, one bucket; at 200 also accumulation of 4
-micro-batches and the fp16 hook), the 6 x 1024 MLP (batch 4096, buckets of 4 MB) at
+micro-batches and the fp16 hook), the 6 x 1024 MLP (batch 4096, buckets of 4 MiB) at
 1000 and 200 Mbit/s; an eighth at exercise 1's break-even rate (where the allreduce
 takes the median compute time). Times are medians of --steps steps in one job; bytes
 are those rank 0 wrote to gloo's sockets.
@@ -99,7 +99,7 @@ def run_jobs(steps):
     small[RATE] = job(title, RATE, SMALL, steps,
                       ['compute', 'one-bucket', 'accumulate', 'fp16'],
                       ['--accumulate', ACCUMULATE])
-    deep = {rate: job('6 x 1024 MLP, batch 4096, buckets of 4 MB', rate, DEEP, steps,
+    deep = {rate: job('6 x 1024 MLP, batch 4096, buckets of 4 MiB', rate, DEEP, steps,
                       ['compute', 'one-bucket', 'buckets']) for rate in OVERLAP_RATES}
     rate = break_even_rate(small)
     even = {rate: job(f'{title}, break-even', rate, SMALL, steps)}
@@ -136,7 +136,7 @@ def table_rows(runs):
              None, None, None)]
     for rate in OVERLAP_RATES:  # shorter than one bucket, not shorter than the bound
         low = overlap_bound(deep[rate], rate) - BOUND_SLACK
-        rows.append((f'buckets of 4 MB, {mbit(rate)}',
+        rows.append((f'buckets of 4 MiB, {mbit(rate)}',
                      ratio(deep[rate], 'buckets', 'step_seconds'), f'< 1, >= {low:.2f}',
                      lambda x, low=low: low <= x < 1))
     rows += [

@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.slow,  # starts a torchrun job (about 30 s)
                                  reason='gloo on the CPU: NCCL ignores the wire')]
 
 SCRIPT = Path(__file__).with_name('timeline_job.py')
-ONE_BUCKET_MB, BUCKET_MB = 1e4, 1.0  # every gradient in one bucket; 4 MB layers
+ONE_BUCKET_MB, BUCKET_MB = 1e4, 1.0  # every gradient in one bucket; 4 MiB layers
 
 
 def of_kind(spans, kind):

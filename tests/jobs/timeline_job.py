@@ -3,7 +3,7 @@
     torchrun --standalone --nproc-per-node=2 tests/jobs/timeline_job.py \\
         --bucket-mb 10000 1 --steps 3
 
-For each --bucket-mb: DDP on 6 Linear(1024, 1024) layers (4 MB of gradients each) and
+For each --bucket-mb: DDP on 6 Linear(1024, 1024) layers (4 MiB of gradients each) and
 a head, random data (batch --batch-size, split over the ranks), --warmup steps (DDP
 rebuilds its buckets in gradient order after the first), --steps timed steps, then one
 step under jobs.timeline.profile_step. Rank 0 prints `RESULT <json>`: per bucket size,

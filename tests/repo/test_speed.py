@@ -148,8 +148,8 @@ def test_wire_without_a_throttled_wire_says_why_in_one_line(capsys, monkeypatch,
 
 # The rows of each table with every claim met: (ratio, target, 'met' or '' for a goal)
 ROWS = {wire_benchmark: {
-    'buckets of 4 MB, 1000 Mbit/s': (0.72, '< 1, >= 0.55', 'met'),
-    'buckets of 4 MB, 200 Mbit/s': (0.89, '< 1, >= 0.55', 'met'),
+    'buckets of 4 MiB, 1000 Mbit/s': (0.72, '< 1, >= 0.55', 'met'),
+    'buckets of 4 MiB, 200 Mbit/s': (0.89, '< 1, >= 0.55', 'met'),
     'bytes per step': (0.50, '0.45-0.55', 'met'),
     'step time': (0.70, '< 1 (goal 0.65)', 'met'),
     'bytes per example: one bucket / accumulated': (4.00, '4 +-5 %', 'met'),
@@ -185,10 +185,10 @@ def test_table_marks_each_claim_and_prints_each_goal(run, tool):
 
 # One claim missed at a time, and the line that must name it
 MISSES = [(wire_benchmark, changed, missed) for changed, missed in [
-    ({'overlap': {1000e6: 1.0}}, 'Overlap: buckets of 4 MB, 1000 Mbit/s'),
-    ({'overlap': {200e6: 1.02}}, 'Overlap: buckets of 4 MB, 200 Mbit/s'),
+    ({'overlap': {1000e6: 1.0}}, 'Overlap: buckets of 4 MiB, 1000 Mbit/s'),
+    ({'overlap': {200e6: 1.02}}, 'Overlap: buckets of 4 MiB, 200 Mbit/s'),
     # faster than the compute alone allows: the buckets skipped some of the work
-    ({'overlap': {200e6: 0.54}}, 'Overlap: buckets of 4 MB, 200 Mbit/s'),
+    ({'overlap': {200e6: 0.54}}, 'Overlap: buckets of 4 MiB, 200 Mbit/s'),
     ({'fp16_bytes': 0.6}, 'fp16 hook: bytes per step'),
     ({'fp16_step': 1.05}, 'fp16 hook: step time'),
     ({'accumulated': 3.7}, 'Accumulation of 4 micro-batches of 1024: '
