@@ -2,9 +2,12 @@
 file whole on one worker, in order, and chapter 7 after chapter 6 on the same worker,
 because it reads the runs chapter 6 stores (before them it finds none, trains again)."""
 
+import pytest
+
 SAME_WORKER = {'book/07_distributed_data_parallel.ipynb': 'book/06_training.ipynb'}
 
 
+@pytest.hookimpl(optionalhook=True)  # a run without xdist (-p no:xdist) knows no such hook
 def pytest_xdist_make_scheduler(config, log):
     """loadfile's scheduler, with chapter 7 in chapter 6's unit of work."""
     if config.getvalue('dist') != 'loadfile':
