@@ -50,8 +50,8 @@ def test_a_notebook_written_half_leaves_the_chapter_as_it_was(tmp_path, monkeypa
     assert path.read_bytes() == before and os.listdir(tmp_path) == ['chapter.ipynb']
 
 
-def test_a_chapter_that_glues_nan_is_not_saved_and_says_which(tmp_path, monkeypatch,
-                                                            capsys):
+def test_a_chapter_that_glues_nan_is_not_saved_and_says_which(tmp_path,
+                                                            monkeypatch):
     """Chapter 10 without a throttled wire: "nan ms" must not reach the published page."""
     path = tmp_path / 'chapter.ipynb'
     cell = new_code_cell('glue')

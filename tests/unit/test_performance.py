@@ -70,8 +70,15 @@ def _worker(rank, world_size, port, shapes):
     torch.set_num_threads(1)
     store = dist.TCPStore('127.0.0.1', port, is_master=False)  # the test holds it
     dist.init_process_group('gloo', store=store, rank=rank, world_size=world_size)
-    # a spy in this spawned process only: the test's process is untouched
-    spy = dist.batch_isend_irecv = mock.Mock(wraps=dist.batch_isend_irecv)
+    # a spy in this spawned process only: the test's process is untouched. It keeps
+    # sizes, not the P2POps: they hold the process group, whose Gloo threads would then
+    # outlive destroy_process_group and may free a tensor as Python shuts down (SIGABRT)
+    sizes, batch_isend_irecv = [], dist.batch_isend_irecv
+
+    def spy(ops):
+        sizes.extend(op.tensor.numel() for op in ops)
+        return batch_isend_irecv(ops)
+    dist.batch_isend_irecv = spy
     generator = torch.Generator().manual_seed(rank)
     try:
         for shape in shapes:  # a shaped (not 1-D) tensor is summed in place too
@@ -84,7 +91,6 @@ def _worker(rank, world_size, port, shapes):
                 assert torch.equal(got.cpu(), expected.cpu()), \
                     f'{name}, k={world_size}, shape {shape}, rank {rank}'
         # n < k leaves some chunks empty: they went through batch_isend_irecv too
-        sizes = [op.tensor.numel() for c in spy.call_args_list for op in c.args[0]]
         assert 0 in sizes, f'no empty chunk was exchanged, k={world_size}, rank {rank}'
     finally:
         dist.destroy_process_group()
