@@ -27,20 +27,16 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # a cell that hangs fails after 15 minutes (nbval's default is 2000 s); the slowest, chapter
-# 6's ten-epoch runs, take about 5 minutes in make test
+# 6's ten-epoch runs, take about 4 minutes each in make test
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
           --nbval-cell-timeout=900
 # Tests and chapters run JOBS at a time (pytest-xdist; each file whole on one worker, so
-# a file's tests and a chapter's cells stay in order on one kernel). JOBS=1: one at a time.
+# its tests and cells stay in order on one kernel). JOBS=1: one at a time. xdist starts
+# the files with the most tests first; conftest.py puts chapter 7 on chapter 6's worker,
+# after it: chapter 7 compares DDP with the runs chapter 6 stores.
 JOBS   ?= 2
 XDIST  := $(if $(filter-out 0 1,$(JOBS)),-n $(JOBS) --dist loadfile)
-# the training chapter first: its two ten-epoch runs take longest, the rest fit beside;
-# chapter 7 last, on chapter 6's worker (conftest.py): it compares DDP with the runs
-# chapter 6 stores (run before them, it finds none and trains both again)
-FIRST    := book/06_training.ipynb
-LAST     := book/07_distributed_data_parallel.ipynb
-CHAPTERS := $(FIRST) $(filter-out $(FIRST) $(LAST),$(sort $(wildcard book/[0-9][0-9]_*.ipynb))) \
-            $(LAST)
+CHAPTERS := $(sort $(wildcard book/[0-9][0-9]_*.ipynb))
 
 .PHONY: book test unit nbval speed execute lab reader-copies clean distclean
 
@@ -63,8 +59,7 @@ book: $(STAMP)
 
 # --durations: the slowest tests and cells, so that a slow CI run shows what got slower
 test: $(STAMP)
-	$(PY) -m pytest $(XDIST) $(NBVAL) --durations=15 $(FIRST) tests \
-	  $(filter-out $(FIRST),$(CHAPTERS))
+	$(PY) -m pytest $(XDIST) $(NBVAL) --durations=15 tests $(CHAPTERS)
 
 unit: $(STAMP)
 	$(PY) -m pytest -m "not slow" tests
