@@ -18,14 +18,14 @@ HTML that the browser check (tests/browser) found in the stock Jupyter Book 1 st
   `reader_copies`, set in _config.yml), at the release tag v<version> of pyproject.toml
   rather than the branch, so that the notebook and the package its first cell installs
   (that tag too) come from one commit; the download button gives the same copy:
-  after the build, `_sources/book/NN_x.ipynb` is replaced by the reader copy made from
-  the chapter (tools/reader_copies.py: glued numbers as numbers, solutions as HTML
-  <details>, no MyST a plain Jupyter shows raw).
+  after the build, `_sources/book/NN_x.ipynb` is replaced by the stored reader copy
+  (tools/reader_copies.py writes them, make test checks they are current: glued numbers
+  as numbers, solutions as HTML <details>, no MyST a plain Jupyter shows raw).
 - A little CSS (CSS below, served as _static/book_html_fixes.css): inline code may break
   inside a long name rather than make a phone's page scroll sideways; the intro's
   picture (class `hero`) takes the column's width.
 """
-import importlib.util
+import shutil
 import tomllib
 from pathlib import Path
 
@@ -97,14 +97,6 @@ def _merge_solutions(app, doctree):
         box.append(cell)
 
 
-def _reader_copies_module(app):
-    path = Path(app.confdir) / 'tools' / 'reader_copies.py'
-    spec = importlib.util.spec_from_file_location('reader_copies', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _release_tag(app):
     """v<version> of pyproject.toml: the tag tools/release.py gives this version.
 
@@ -138,16 +130,13 @@ def _download_reader_copies(app, exception):
     """Replace each chapter's downloadable _sources/...ipynb by its reader copy."""
     if exception or not app.config.reader_copies or app.builder.format != 'html':
         return
-    tool = _reader_copies_module(app)
-    for path, number in tool.chapters().items():
-        docname = path.relative_to(Path(app.confdir)).with_suffix('').as_posix()
-        target = Path(app.outdir) / '_sources' / f'{docname}.ipynb'
-        if target.exists():
-            try:
-                target.write_text(tool.dumps(tool.reader_copy(path, number)),
-                                  encoding='utf-8')
-            except tool.Refused as refused:
-                logger.warning(f'no reader copy for the download button: {refused}')
+    copies = Path(app.confdir) / app.config.reader_copies
+    for target in (Path(app.outdir) / '_sources' / 'book').glob('[0-9][0-9]_*.ipynb'):
+        if (copies / target.name).is_file():
+            shutil.copyfile(copies / target.name, target)
+        else:
+            logger.warning(f'no reader copy {target.name} for the download button: '
+                           'make reader-copies writes it')
 
 
 def setup(app):

@@ -295,6 +295,24 @@ def test_colab_and_download_buttons_point_to_the_reader_copies():
     assert f"VERSION = '{version}'" in text(install).splitlines()  # and installs it
 
 
+def test_the_download_button_gets_the_stored_reader_copy(tmp_path):
+    from book._ext import book_html_fixes as fixes
+    source = tmp_path / '_sources' / 'book' / '06_training.ipynb'
+    source.parent.mkdir(parents=True)
+    source.write_text('{"cells": []}')  # what Sphinx copies: the chapter itself
+
+    class App:
+        confdir, outdir = str(ROOT), str(tmp_path)
+
+        class config:
+            reader_copies = READER.name
+
+        class builder:
+            format = 'html'
+    fixes._download_reader_copies(App, None)
+    assert source.read_bytes() == (READER / '06_training.ipynb').read_bytes()
+
+
 def test_reader_copies_are_not_collected_as_tests():
     """pytest tests and nbval (pytest ... book) never run the copies."""
     ini = (ROOT / 'pytest.ini').read_text()
