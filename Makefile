@@ -146,6 +146,18 @@ browser-check: book chromium
 logo:
 	$(PYTHON) tools/make_logo.py book/logo.svg
 
+# SLURM for the local two-node cluster of tests/jobs/test_slurm.py (data_parallel.slurm):
+# Debian's slurm-wlm and munge (about 20 MB), installed when missing. Its own apt-get,
+# run after the setup's (.ci/run): two at once fail on apt's lock.
+SLURMCTLD ?= /usr/sbin/slurmctld
+.PHONY: slurm
+slurm: $(SLURMCTLD)
+
+$(SLURMCTLD):
+	$(SUDO) apt-get update -q
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+	  slurm-wlm munge
+
 # The intro's figure, drawn by code (tests/unit/test_figures.py checks it is up to date).
 .PHONY: figures
 figures: $(STAMP)

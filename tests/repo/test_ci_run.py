@@ -42,9 +42,9 @@ def ci(tmp_path, budget, slow='', fail='', **extra):
 def test_stages_run_in_order_and_print_their_times(tmp_path):
     rc, out, targets = ci(tmp_path, budget=600)
     assert rc == 0, out
-    assert targets == ['-j3 .venv/.installed chromium mathjax', 'test', 'mutations',
-                       'browser-check', 'pdf', 'speed']
-    for stage in ('setup', 'make test', 'make mutations', 'make browser-check',
+    assert targets == ['-j3 .venv/.installed chromium mathjax', 'slurm', 'test',
+                       'mutations', 'browser-check', 'pdf', 'speed']
+    for stage in ('setup', 'slurm', 'make test', 'make mutations', 'make browser-check',
                   'make pdf', 'make speed'):
         assert f'ci: {stage} took ' in out, out
 
@@ -54,7 +54,7 @@ def test_the_whole_run_has_85_minutes_unless_told_otherwise(tmp_path):
     rc, out, _ = ci(tmp_path, budget=None)
     assert rc == 0, out
     times = [line for line in out.splitlines() if line.startswith('ci: ')]
-    assert len(times) == 6 and all(line.endswith(' of the 5100 s budget)')
+    assert len(times) == 7 and all(line.endswith(' of the 5100 s budget)')
                                    for line in times), out
 
 
@@ -64,7 +64,7 @@ def test_a_stage_past_the_budget_fails_with_one_line(tmp_path):
     rc, out, targets = ci(tmp_path, budget=3, slow='test')
     assert time.monotonic() - start < 20  # stopped at the budget, not after the stage
     assert rc == 1, out
-    assert targets[1:] == ['test']  # nothing after it
+    assert targets[2:] == ['test']  # nothing after it
     failed = [line for line in out.splitlines() if 'FAILED' in line]
     assert failed == ['ci: FAILED: make test ran past the '
                       '3 s budget of the whole run; the stage times above show what '

@@ -2,7 +2,7 @@
 
 Layers, from the bottom (the package docstring says the same in words):
 machinery (paths, cli, results, files, snapshot, devices, data, launch, network,
-processes) <
+processes, slurm) <
 taught code (scratch, collectives, performance, sharding, tensor_parallel, pipeline) and
 models < the taught program
 (train_ddp) < figures and jobs. A module may import its own layer and the layers below.
@@ -22,7 +22,7 @@ PACKAGE = Path(dp.__file__).parent
 ROOT = dp.repo_root()
 LAYERS = {
     'machinery': (0, {'paths', 'cli', 'results', 'files', 'snapshot', 'devices',
-                      'data', 'launch', 'network', 'processes'}),
+                      'data', 'launch', 'network', 'processes', 'slurm'}),
     'taught': (1, {'scratch', 'collectives', 'performance', 'sharding', 'models',
                   'tensor_parallel', 'pipeline'}),
     'program': (2, {'train_ddp'}),

@@ -1,0 +1,233 @@
+"""A SLURM cluster of two nodes on this machine: what the cluster chapter submits to.
+
+Slurm's own daemons run in a folder of their own: munged (the authentication every
+Slurm message carries), slurmctld (the controller that queues and places jobs) and one
+slurmd per node (each starts the job steps of its node). The nodes are named n1, n2, ...
+and all listen on 127.0.0.1, each on its own port (Debian's slurmd is built for several
+per machine: `slurmd -N NAME`). The daemons run as root, as on a real cluster.
+
+Every process of the cluster carries its configuration file in SLURM_CONF: the daemons
+(started with it), slurmstepd (slurmd sets it) and every job (sbatch passes the
+submitter's environment on). `stop` cancels the jobs, ends whatever still carries it and
+removes the folder: no process, socket or spool is left behind.
+"""
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from . import processes
+from .launch import free_port
+from .paths import DATA_ENV
+
+TOOLS = ('munged', 'slurmctld', 'slurmd', 'sbatch', 'srun', 'squeue', 'sinfo',
+         'scontrol', 'scancel')
+PARTITION = 'book'
+# the DDP program as a batch job: what a reader copies to a real cluster
+BATCH_SCRIPT = Path(__file__).with_name('train_ddp.sbatch')
+
+CONFIG = '''\
+ClusterName=book
+SlurmctldHost={host}(127.0.0.1)
+SlurmctldPort={ctld_port}
+AuthType=auth/munge
+# cred_expire: a requeued job waits this long plus 1 s before it runs again (by default
+# 120 s: on a real cluster a preempted job starts again two minutes later at the soonest)
+AuthInfo=socket={folder}/munge.socket,cred_expire=5
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation={folder}/state
+SlurmdSpoolDir={folder}/spool/%n
+SlurmctldPidFile={folder}/slurmctld.pid
+SlurmdPidFile={folder}/slurmd-%n.pid
+SlurmctldLogFile={folder}/slurmctld.log
+SlurmdLogFile={folder}/slurmd-%n.log
+# linuxproc follows parent links: torchrun starts its workers with setsid(), so
+# proctrack/pgid (the process group) would miss them when a job is cancelled
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+ReturnToService=2
+JobRequeue=1
+# a job that asks for more than a partition has is refused at once, with one line
+# (without it, the job waits in the queue for ever: Reason=PartitionNodeLimit)
+EnforcePartLimits=ALL
+# the scheduler looks at its queue every 2 s (60 s by default): a requeued job soon runs
+SchedulerParameters=sched_interval=2
+# job ids start at a random number: two local clusters at once rarely share one (and
+# so the rendezvous port that train_ddp.sbatch derives from it)
+FirstJobId={first_job_id}
+{nodes}
+PartitionName={partition} Nodes={names} Default=YES MaxTime=INFINITE State=UP
+'''
+
+
+class ClusterUnavailable(RuntimeError):
+    """No local cluster can start here; the message says why, in one line."""
+
+
+def unavailable():
+    """None when a local cluster can start here, else one line that says why not."""
+    if not sys.platform.startswith('linux'):
+        return 'a local SLURM cluster needs Linux (slurmd and munged run there only).'
+    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
+    if missing:
+        return (f'SLURM is not installed ({", ".join(missing)} not found): `make slurm` '
+                'installs it on Debian or Ubuntu (apt, as root).')
+    if os.geteuid() != 0:
+        return ('a local SLURM cluster runs its daemons as root, as a real one does: '
+                'this user cannot start one.')
+    return None
+
+
+class LocalCluster:
+    """Two (or more) SLURM nodes on this machine, one CPU each; a context manager."""
+
+    def __init__(self, folder, num_nodes=2, cpus_per_node=1):
+        self.folder = Path(folder).resolve()
+        self.conf = self.folder / 'slurm.conf'
+        self.names = [f'n{i}' for i in range(1, num_nodes + 1)]
+        self.cpus_per_node = cpus_per_node
+        self.daemons = []  # Popen objects, in the order started
+        self.daemon_names = []
+
+    @property
+    def env(self):
+        """The environment for Slurm's commands on this cluster (sbatch, squeue, ...).
+
+        sbatch hands it on to the job: its torchrun and python are this Python's, and
+        a data folder named relative to this folder is named in full (jobs run in theirs).
+        """
+        env = {**os.environ, 'SLURM_CONF': str(self.conf),
+               'PATH': os.pathsep.join([str(Path(sys.executable).parent),
+                                        os.environ.get('PATH', '')])}
+        if env.get(DATA_ENV):
+            env[DATA_ENV] = str(Path(env[DATA_ENV]).absolute())
+        return env
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def run(self, *argv, check=True):
+        """Run a Slurm command on this cluster; its output, stripped."""
+        done = subprocess.run(argv, env=self.env, capture_output=True, text=True,
+                              timeout=60)
+        if check and done.returncode:
+            raise RuntimeError(f'{" ".join(argv)}: {done.stderr.strip()}')
+        return done.stdout.strip()
+
+    def start(self, timeout=60):
+        """Write the configuration, start the daemons, wait until every node is idle."""
+        problem = unavailable()
+        if problem:
+            raise ClusterUnavailable(problem)
+        if self.folder.exists():  # never another cluster's: stop would remove it
+            raise FileExistsError(f'{self.folder} exists: give the cluster a new folder')
+        self.folder.mkdir(parents=True)
+        self.folder.chmod(0o700)  # munged refuses a key others could read
+        (self.folder / 'state').mkdir()
+        (self.folder / 'spool').mkdir()
+        key = self.folder / 'munge.key'
+        key.write_bytes(secrets.token_bytes(1024))
+        key.chmod(0o400)
+        nodes = '\n'.join(
+            f'NodeName={name} NodeHostname={socket.gethostname()} NodeAddr=127.0.0.1 '
+            f'Port={free_port()} CPUs={self.cpus_per_node}' for name in self.names)
+        self.conf.write_text(CONFIG.format(
+            host=socket.gethostname(), ctld_port=free_port(), folder=self.folder,
+            first_job_id=secrets.randbelow(10**6) + 1, nodes=nodes,
+            partition=PARTITION, names=','.join(self.names)))
+        f = self.folder
+        self._daemon(['munged', '-F', '--force', f'--socket={f}/munge.socket',
+                      f'--key-file={key}', f'--pid-file={f}/munged.pid',
+                      f'--log-file={f}/munged.log', f'--seed-file={f}/munged.seed'])
+        self._daemon(['slurmctld', '-D', '-i', '-f', str(self.conf)])
+        for name in self.names:
+            self._daemon(['slurmd', '-D', '-N', name, '-f', str(self.conf)])
+        try:
+            self.wait_idle(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _daemon(self, argv):
+        """Start one daemon in the foreground; it ends if this process dies."""
+        with open(self._output(len(self.daemons)), 'w') as out:
+            self.daemons.append(subprocess.Popen(
+                processes.guarded(argv), env=self.env, stdout=out,
+                stderr=subprocess.STDOUT, start_new_session=True))
+        self.daemon_names.append(argv[0])
+
+    def wait_idle(self, timeout):
+        """Wait until sinfo shows every node idle; else say what the logs say."""
+        deadline, states = time.monotonic() + timeout, ''
+        while time.monotonic() < deadline:
+            for i, (name, p) in enumerate(zip(self.daemon_names, self.daemons)):
+                if p.poll() is not None:
+                    said = self._output(i).read_text().strip().splitlines() or ['']
+                    raise RuntimeError(f'{name} ended at start: {said[-1]}')
+            states = self.run('sinfo', '-h', '-N', '-o', '%N %T', check=False)
+            if sorted(states.split()) == sorted(self.names + ['idle'] * len(self.names)):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f'the nodes were not idle after {timeout} s: sinfo says '
+                           f'{states!r}')
+
+    def _output(self, i):
+        """The file that daemon i writes its output to."""
+        return self.folder / f'daemon-{i}.out'
+
+    def members(self):
+        """Every readable process of this cluster (daemons, steps, jobs) by pid.
+
+        A job's processes carry SLURM_CONF; slurmstepd and slurmscriptd overwrite their
+        environment with their titles, but hold a log file of the folder open.
+        """
+        found = {}
+        for proc in psutil.process_iter(['environ', 'open_files']):
+            files = [f.path for f in proc.info['open_files'] or []]
+            if ((proc.info['environ'] or {}).get('SLURM_CONF') == str(self.conf)
+                    or any(Path(f).is_relative_to(self.folder) for f in files)):
+                found[proc.pid] = proc
+        return found
+
+    def stop(self, grace=10):
+        """Cancel every job, end every process of the cluster, remove its folder."""
+        if any(p.poll() is None for p in self.daemons):
+            self.run('scancel', f'--partition={PARTITION}', check=False)
+            # the daemons and their helpers (slurmctld's slurmscriptd) go last
+            daemons = {p.pid for p in self.daemons}
+            daemons |= {pid for pid, _ in processes.descendants(daemons)}
+            deadline = time.monotonic() + grace
+            while set(self.members()) - daemons and time.monotonic() < deadline:
+                time.sleep(0.1)  # the jobs' steps end and report to slurmd
+        for p in reversed(self.daemons):  # the slurmd's first, munged last
+            if p.poll() is None:  # one at a time: all at once, they wait on each other
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(grace)
+                except subprocess.TimeoutExpired:
+                    pass
+        for proc in self.members().values():  # what outlived its grace period
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        for p in self.daemons:
+            p.wait()
+        self.daemons, self.daemon_names = [], []
+        shutil.rmtree(self.folder, ignore_errors=True)
