@@ -38,8 +38,8 @@ ClusterName=book
 SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={ctld_port}
 AuthType=auth/munge
-# cred_expire: a requeued job waits this long plus 1 s before it runs again (by default
-# 120 s: on a real cluster a preempted job starts again two minutes later at the soonest)
+# cred_expire: a requeued job waits this long plus 1 s before it runs again; the
+# default, 120 s, holds a real cluster's preempted job back for two minutes
 AuthInfo=socket={folder}/munge.socket,cred_expire=5
 CredType=cred/munge
 SlurmUser=root
@@ -82,8 +82,8 @@ def unavailable():
         return 'a local SLURM cluster needs Linux (slurmd and munged run there only).'
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     if missing:
-        return (f'SLURM is not installed ({", ".join(missing)} not found): `make slurm` '
-                'installs it on Debian or Ubuntu (apt, as root).')
+        return (f'SLURM is not installed ({", ".join(missing)} not found): '
+                '`make slurm` installs it on Debian or Ubuntu (apt, as root).')
     if os.geteuid() != 0:
         return ('a local SLURM cluster runs its daemons as root, as a real one does: '
                 'this user cannot start one.')
@@ -106,7 +106,8 @@ class LocalCluster:
         """The environment for Slurm's commands on this cluster (sbatch, squeue, ...).
 
         sbatch hands it on to the job: its torchrun and python are this Python's, and
-        a data folder named relative to this folder is named in full (jobs run in theirs).
+        a data folder named relative to this folder is named in full (jobs run in
+        their own).
         """
         env = {**os.environ, 'SLURM_CONF': str(self.conf),
                'PATH': os.pathsep.join([str(Path(sys.executable).parent),
@@ -136,7 +137,8 @@ class LocalCluster:
         if problem:
             raise ClusterUnavailable(problem)
         if self.folder.exists():  # never another cluster's: stop would remove it
-            raise FileExistsError(f'{self.folder} exists: give the cluster a new folder')
+            raise FileExistsError(f'{self.folder} exists: give the cluster a new '
+                                  'folder')
         self.folder.mkdir(parents=True)
         self.folder.chmod(0o700)  # munged refuses a key others could read
         (self.folder / 'state').mkdir()
@@ -181,7 +183,8 @@ class LocalCluster:
                     said = self._output(i).read_text().strip().splitlines() or ['']
                     raise RuntimeError(f'{name} ended at start: {said[-1]}')
             states = self.run('sinfo', '-h', '-N', '-o', '%N %T', check=False)
-            if sorted(states.split()) == sorted(self.names + ['idle'] * len(self.names)):
+            idle = sorted(self.names + ['idle'] * len(self.names))
+            if sorted(states.split()) == idle:
                 return
             time.sleep(0.2)
         raise RuntimeError(f'the nodes were not idle after {timeout} s: sinfo says '

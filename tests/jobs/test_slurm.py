@@ -50,7 +50,8 @@ def uninterrupted(tmp_path_factory, fashion_root):
 def submit(cluster, folder, *args):
     """sbatch the book's script from folder; the job id."""
     said = cluster.run('sbatch', '--parsable', f'--chdir={folder}',
-                       '--export=ALL,CUDA_VISIBLE_DEVICES=', str(SCRIPT), *map(str, args))
+                       '--export=ALL,CUDA_VISIBLE_DEVICES=', str(SCRIPT),
+                       *map(str, args))
     return said.split(';')[0]
 
 
@@ -89,7 +90,7 @@ def wait_for(cluster, job, state, timeout=120):
 
 
 def test_a_requeued_job_resumes_from_its_snapshot(cluster, tmp_path, uninterrupted):
-    """Requeued after epoch 1 (as a preempted job is), it ends as an uninterrupted run."""
+    """Requeued after epoch 1 (as when preempted), it ends as an uninterrupted run."""
     job = submit(cluster, tmp_path, *ARGS, '--snapshot', 'lenet.pt')
     deadline = time.monotonic() + 120
     while not (tmp_path / 'lenet.pt').exists() and time.monotonic() < deadline:
