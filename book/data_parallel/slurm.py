@@ -1,6 +1,7 @@
 """A SLURM cluster of two nodes on this machine: what the cluster chapter submits to.
 
-Slurm's own daemons run in a folder of their own: munged (the authentication every
+Slurm's own daemons run in a folder of their own (their Unix sockets in a short one
+under /tmp: a socket's path must fit in 108 bytes): munged (the authentication every
 Slurm message carries), slurmctld (the controller that queues and places jobs) and one
 slurmd per node (each starts the job steps of its node). The nodes are named n1, n2, ...
 and all listen on 127.0.0.1, each on its own port (Debian's slurmd is built for several
@@ -9,8 +10,9 @@ per machine: `slurmd -N NAME`). The daemons run as root, as on a real cluster.
 Every process of the cluster carries its configuration file in SLURM_CONF: the daemons
 (started with it), slurmstepd (slurmd sets it) and every job (sbatch passes the
 submitter's environment on). `stop` cancels the jobs, ends whatever still carries it and
-removes the folder: no process, socket or spool is left behind.
+removes the folders: no process, socket or spool is left behind.
 """
+import atexit
 import os
 import secrets
 import shutil
@@ -18,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -39,13 +42,15 @@ SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={ctld_port}
 AuthType=auth/munge
 # cred_expire: a requeued job waits this long plus 1 s before it runs again; the
-# default, 120 s, holds a real cluster's preempted job back for two minutes
-AuthInfo=socket={folder}/munge.socket,cred_expire=5
+# default, 120 s, holds a real cluster's preempted job back for two minutes. A job step
+# must start within it, so it is not cut to the bone: 10 s leaves a busy machine room
+AuthInfo=socket={sockets}/munge.socket,cred_expire=10
 CredType=cred/munge
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation={folder}/state
-SlurmdSpoolDir={folder}/spool/%n
+# the spool holds the job steps' Unix sockets, whose paths must stay below 108 bytes
+SlurmdSpoolDir={sockets}/%n
 SlurmctldPidFile={folder}/slurmctld.pid
 SlurmdPidFile={folder}/slurmd-%n.pid
 SlurmctldLogFile={folder}/slurmctld.log
@@ -93,13 +98,19 @@ def unavailable():
 class LocalCluster:
     """Two (or more) SLURM nodes on this machine, one CPU each; a context manager."""
 
-    def __init__(self, folder, num_nodes=2, cpus_per_node=1):
-        self.folder = Path(folder).resolve()
-        self.conf = self.folder / 'slurm.conf'
+    def __init__(self, folder=None, num_nodes=2, cpus_per_node=1):
+        """folder: a new folder for the cluster's files (by default a temporary one)."""
+        self.folder = Path(folder).resolve() if folder else None
         self.names = [f'n{i}' for i in range(1, num_nodes + 1)]
         self.cpus_per_node = cpus_per_node
+        self.sockets = None  # a short folder under /tmp, made by start
         self.daemons = []  # Popen objects, in the order started
         self.daemon_names = []
+
+    @property
+    def conf(self):
+        """The cluster's configuration file: every Slurm command reads it."""
+        return self.folder / 'slurm.conf'
 
     @property
     def env(self):
@@ -107,9 +118,10 @@ class LocalCluster:
 
         sbatch hands it on to the job: its torchrun and python are this Python's, and
         a data folder named relative to this folder is named in full (jobs run in
-        their own).
+        their own). The jobs run on the CPU: the nodes declare no GPUs, and two nodes
+        on one machine would both take its GPU 0.
         """
-        env = {**os.environ, 'SLURM_CONF': str(self.conf),
+        env = {**os.environ, 'SLURM_CONF': str(self.conf), 'CUDA_VISIBLE_DEVICES': '',
                'PATH': os.pathsep.join([str(Path(sys.executable).parent),
                                         os.environ.get('PATH', '')])}
         if env.get(DATA_ENV):
@@ -131,18 +143,42 @@ class LocalCluster:
             raise RuntimeError(f'{" ".join(argv)}: {done.stderr.strip()}')
         return done.stdout.strip()
 
+    def job_state(self, job):
+        """(JobState, Restarts) of a job, as scontrol shows it: ('RUNNING', 0), ..."""
+        fields = self._job(job)
+        return fields['JobState'], int(fields['Restarts'])
+
+    def _job(self, job):
+        """The fields of `scontrol show job`, as a dict."""
+        return dict(word.split('=', 1) for word in self.run(
+            'scontrol', 'show', 'job', str(job)).split() if '=' in word)
+
+    def wait(self, job, state='COMPLETED', timeout=300):
+        """Wait until the job is in state; its number of restarts so far."""
+        deadline = time.monotonic() + timeout
+        while (now := self._job(job))['JobState'] != state:
+            ended = now['JobState'] in ('FAILED', 'CANCELLED', 'TIMEOUT', 'NODE_FAIL')
+            if ended or 'held' in now['Reason'] or time.monotonic() > deadline:
+                raise RuntimeError(f"job {job} is {now['JobState']} ({now['Reason']}), "
+                                   f"not {state}: see its output file")
+            time.sleep(0.1)
+        return int(now['Restarts'])
+
     def start(self, timeout=60):
         """Write the configuration, start the daemons, wait until every node is idle."""
         problem = unavailable()
         if problem:
             raise ClusterUnavailable(problem)
-        if self.folder.exists():  # never another cluster's: stop would remove it
+        if self.folder is None:
+            self.folder = Path(tempfile.mkdtemp(prefix='slurm-cluster-'))
+        elif self.folder.exists():  # never another cluster's: stop would remove it
             raise FileExistsError(f'{self.folder} exists: give the cluster a new '
                                   'folder')
-        self.folder.mkdir(parents=True)
+        else:
+            self.folder.mkdir(parents=True)
         self.folder.chmod(0o700)  # munged refuses a key others could read
         (self.folder / 'state').mkdir()
-        (self.folder / 'spool').mkdir()
+        self.sockets = Path(tempfile.mkdtemp(prefix='slurm-', dir='/tmp'))
         key = self.folder / 'munge.key'
         key.write_bytes(secrets.token_bytes(1024))
         key.chmod(0o400)
@@ -151,15 +187,20 @@ class LocalCluster:
             f'Port={free_port()} CPUs={self.cpus_per_node}' for name in self.names)
         self.conf.write_text(CONFIG.format(
             host=socket.gethostname(), ctld_port=free_port(), folder=self.folder,
+            sockets=self.sockets,
             first_job_id=secrets.randbelow(10**6) + 1, nodes=nodes,
             partition=PARTITION, names=','.join(self.names)))
         f = self.folder
-        self._daemon(['munged', '-F', '--force', f'--socket={f}/munge.socket',
+        self._daemon(['munged', '-F', '--force',
+                      f'--socket={self.sockets}/munge.socket',
                       f'--key-file={key}', f'--pid-file={f}/munged.pid',
                       f'--log-file={f}/munged.log', f'--seed-file={f}/munged.seed'])
         self._daemon(['slurmctld', '-D', '-i', '-f', str(self.conf)])
         for name in self.names:
             self._daemon(['slurmd', '-D', '-N', name, '-f', str(self.conf)])
+        # a notebook whose cell failed before stop (nbval shuts its kernel down) or a
+        # script that forgot it still ends the cluster when Python exits
+        atexit.register(self.stop)
         try:
             self.wait_idle(timeout)
         except BaseException:
@@ -210,6 +251,7 @@ class LocalCluster:
 
     def stop(self, grace=10):
         """Cancel every job, end every process of the cluster, remove its folder."""
+        atexit.unregister(self.stop)
         if any(p.poll() is None for p in self.daemons):
             self.run('scancel', f'--partition={PARTITION}', check=False)
             # the daemons and their helpers (slurmctld's slurmscriptd) go last
@@ -234,3 +276,5 @@ class LocalCluster:
             p.wait()
         self.daemons, self.daemon_names = [], []
         shutil.rmtree(self.folder, ignore_errors=True)
+        if self.sockets:
+            shutil.rmtree(self.sockets, ignore_errors=True)
