@@ -186,8 +186,8 @@ def launch(*commands, env=None, timeout=900, echo=False, bandwidth=None):
                                'stopped: give it more time (timeout=...)')
     finally:
         processes.stop(procs, family, mark)
+        processes.wait_ended(procs)  # killed: reaped at once
         for p in procs:
-            p.wait()
             p.stdout.close(), p.stderr.close()
     for p, (out, err) in zip(procs, outputs):
         if p.returncode != 0:

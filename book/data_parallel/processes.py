@@ -88,15 +88,24 @@ def ended(p):
     """Whether launcher p has ended; as it is reaped, SIGKILL what is left of its group.
 
     Once reaped, its pid may in time name another process's group: its group is killed
-    then, at once, and never later (kill leaves it alone).
+    then, at once, and never later (kill leaves it alone). Reaped with os.waitpid, not
+    Popen.poll: poll takes a lock before its try (_internal_poll in CPython's
+    subprocess.py), so a Ctrl-C that lands just then leaves the lock held, and
+    Popen.wait then waits on it for ever.
     """
-    if p.returncode is None and p.poll() is not None:
-        _killpg(p)
+    if p.returncode is None:
+        try:
+            pid, status = os.waitpid(p.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped, its status lost (to an interrupt, or
+            pid, status = p.pid, 0  # SIGCHLD ignored): 0, as Popen.poll says then
+        if pid == p.pid:
+            p.returncode = os.waitstatus_to_exitcode(status)
+            _killpg(p)
     return p.returncode is not None
 
 
-def wait_ended(procs, deadline):
-    """Wait until every launcher has ended, or until deadline."""
+def wait_ended(procs, deadline=float('inf')):
+    """Wait until every launcher has ended, or until deadline (time.monotonic)."""
     while not all(map(ended, procs)) and time.monotonic() < deadline:
         time.sleep(0.05)
 

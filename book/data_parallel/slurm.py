@@ -104,8 +104,7 @@ class LocalCluster:
         self.names = [f'n{i}' for i in range(1, num_nodes + 1)]
         self.cpus_per_node = cpus_per_node
         self.sockets = None  # a short folder under /tmp, made by start
-        self.daemons = []  # Popen objects, in the order started
-        self.daemon_names = []
+        self.daemons = []  # (program, Popen) of each, in the order started
 
     @property
     def conf(self):
@@ -210,17 +209,16 @@ class LocalCluster:
     def _daemon(self, argv):
         """Start one daemon in the foreground; it ends if this process dies."""
         with open(self._output(len(self.daemons)), 'w') as out:
-            self.daemons.append(subprocess.Popen(
+            self.daemons.append((argv[0], subprocess.Popen(
                 processes.guarded(argv), env=self.env, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True))
-        self.daemon_names.append(argv[0])
+                stderr=subprocess.STDOUT, start_new_session=True)))
 
     def wait_idle(self, timeout):
         """Wait until sinfo shows every node idle; else say what the logs say."""
         deadline, states = time.monotonic() + timeout, ''
         while time.monotonic() < deadline:
-            for i, (name, p) in enumerate(zip(self.daemon_names, self.daemons)):
-                if p.poll() is not None:
+            for i, (name, p) in enumerate(self.daemons):
+                if processes.ended(p):
                     said = self._output(i).read_text().strip().splitlines() or ['']
                     raise RuntimeError(f'{name} ended at start: {said[-1]}')
             states = self.run('sinfo', '-h', '-N', '-o', '%N %T', check=False)
@@ -252,29 +250,29 @@ class LocalCluster:
     def stop(self, grace=10):
         """Cancel every job, end every process of the cluster, remove its folder."""
         atexit.unregister(self.stop)
-        if any(p.poll() is None for p in self.daemons):
+        if self.folder is None:  # never started: nothing to stop
+            return
+        if not all(processes.ended(p) for _, p in self.daemons):
             self.run('scancel', f'--partition={PARTITION}', check=False)
             # the daemons and their helpers (slurmctld's slurmscriptd) go last
-            daemons = {p.pid for p in self.daemons}
+            daemons = {p.pid for _, p in self.daemons}
             daemons |= {pid for pid, _ in processes.descendants(daemons)}
             deadline = time.monotonic() + grace
             while set(self.members()) - daemons and time.monotonic() < deadline:
                 time.sleep(0.1)  # the jobs' steps end and report to slurmd
-        for p in reversed(self.daemons):  # the slurmd's first, munged last
-            if p.poll() is None:  # one at a time: all at once, they wait on each other
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(grace)
-                except subprocess.TimeoutExpired:
-                    pass
+        # the slurmd's first, munged last, one at a time: all at once, they wait on each
+        # other
+        for _, p in reversed(self.daemons):
+            if not processes.ended(p):
+                os.kill(p.pid, signal.SIGTERM)
+                processes.wait_ended([p], time.monotonic() + grace)
         for proc in self.members().values():  # what outlived its grace period
             try:
                 proc.kill()
             except psutil.Error:
                 pass
-        for p in self.daemons:
-            p.wait()
-        self.daemons, self.daemon_names = [], []
+        processes.wait_ended([p for _, p in self.daemons])
+        self.daemons = []
         shutil.rmtree(self.folder, ignore_errors=True)
         if self.sockets:
             shutil.rmtree(self.sockets, ignore_errors=True)

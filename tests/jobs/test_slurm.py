@@ -120,6 +120,7 @@ def test_no_cluster_starts_without_its_tools_or_as_another_user(tmp_path, monkey
     (tmp_path / 'c').mkdir()
     with pytest.raises(FileExistsError, match='exists: give the cluster a new folder'):
         slurm.LocalCluster(tmp_path / 'c').start()
+    slurm.LocalCluster().stop()  # never started: nothing to stop, and no error
 
 
 def test_chapter_13_passes_nbval_without_a_cluster(as_reader):

@@ -158,10 +158,49 @@ def test_a_caller_interrupted_or_killed_ends_the_job(request, marker, leftovers,
     assert caller.stdout.readline() == 'ready\n', caller.stderr.read()
     assert len(leftovers(marker, 0)) >= 3  # torchrun and its two workers: running
     caller.send_signal(sig)
-    # a bound against a hang, not a speed: _stop needs seconds (its 10 s grace, then
-    # SIGKILL), but a starved machine stretched it past 60 s once (a busy make test)
+    # a bound against a hang, not a speed: stop needs seconds (its 10 s grace, then
+    # SIGKILL), longer on a starved machine
     _, err = caller.communicate(timeout=240)
     assert said in err
+    assert leftovers(marker) == []
+
+
+# A caller whose Ctrl-C lands inside Popen.poll after it took its lock, as it can
+# between the acquire and the try of CPython's _internal_poll: the lock stays held,
+# and Popen.wait would wait on it for ever. A launch that never polls gets its
+# Ctrl-C from a timer instead, 2 s after the job said ready.
+INTERRUPTED_IN_POLL = '''
+import os, signal, subprocess, sys, threading
+from data_parallel import launch
+ready, interrupted = threading.Event(), threading.Event()
+poll = subprocess.Popen.poll
+def poll_interrupted_once(self):
+    if ready.is_set() and not interrupted.is_set():
+        interrupted.set()
+        self._waitpid_lock.acquire()
+        raise KeyboardInterrupt
+    return poll(self)
+subprocess.Popen.poll = poll_interrupted_once
+def ctrl_c():
+    if not interrupted.is_set():
+        interrupted.set()
+        os.kill(os.getpid(), signal.SIGINT)
+def echo(line):
+    ready.set()
+    threading.Timer(2, ctrl_c).start()
+try:
+    launch.launch(eval(sys.argv[1]), timeout=300, echo=echo)
+except KeyboardInterrupt:
+    print('interrupted')
+'''
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_inside_popen_poll_still_ends_the_job(marker, leftovers):
+    caller = subprocess.run([sys.executable, '-c', INTERRUPTED_IN_POLL,
+                             repr(sleeper(marker, 300))],
+                            capture_output=True, text=True, timeout=60)
+    assert caller.stdout == 'interrupted\n', caller.stderr
     assert leftovers(marker) == []
 
 
