@@ -18,6 +18,7 @@ import re
 import subprocess
 import sys
 import tomllib
+import types
 from ast import literal_eval
 
 import nbformat
@@ -267,6 +268,13 @@ def test_the_tool_refuses_myst_it_does_not_translate():
                             {'fig-a': '2.1'}, 't') == '0.2 and Fig. 2.1'
 
 
+def sphinx_app(**folders):
+    """A stand-in for Sphinx's app: what the book's HTML hooks read of it."""
+    return types.SimpleNamespace(
+        confdir=str(ROOT), config=types.SimpleNamespace(reader_copies=READER.name),
+        builder=types.SimpleNamespace(format='html'), **folders)
+
+
 def test_colab_and_download_buttons_point_to_the_reader_copies():
     config = yaml.safe_load((ROOT / '_config.yml').read_text(encoding='utf-8'))
     assert config['sphinx']['config']['reader_copies'] == READER.name == tool().OUT
@@ -276,13 +284,7 @@ def test_colab_and_download_buttons_point_to_the_reader_copies():
     context = {'header_buttons': [{'buttons': [
         {'text': 'Colab', 'url': f'{colab}/blob/main/book/06_training.ipynb'},
         {'text': 'Binder', 'url': 'https://mybinder.org/x/book/06_training.ipynb'}]}]}
-
-    class App:
-        confdir = str(ROOT)
-
-        class config:
-            reader_copies = READER.name
-    fixes._colab_to_reader_copy(App, 'book/06_training', None, context, None)
+    fixes._colab_to_reader_copy(sphinx_app(), 'book/06_training', None, context, None)
     buttons = context['header_buttons'][0]['buttons']
     # at the tag whose package the copy's first cell installs: main's notebook may need
     # a newer package than that tag's
@@ -300,16 +302,7 @@ def test_the_download_button_gets_the_stored_reader_copy(tmp_path):
     source = tmp_path / '_sources' / 'book' / '06_training.ipynb'
     source.parent.mkdir(parents=True)
     source.write_text('{"cells": []}')  # what Sphinx copies: the chapter itself
-
-    class App:
-        confdir, outdir = str(ROOT), str(tmp_path)
-
-        class config:
-            reader_copies = READER.name
-
-        class builder:
-            format = 'html'
-    fixes._download_reader_copies(App, None)
+    fixes._download_reader_copies(sphinx_app(outdir=str(tmp_path)), None)
     assert source.read_bytes() == (READER / '06_training.ipynb').read_bytes()
 
 
