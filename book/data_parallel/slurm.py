@@ -260,8 +260,8 @@ class LocalCluster:
             deadline = time.monotonic() + grace
             while set(self.members()) - daemons and time.monotonic() < deadline:
                 time.sleep(0.1)  # the jobs' steps end and report to slurmd
-        # the slurmd's first, munged last, one at a time: all at once, they wait on each
-        # other
+        # one at a time, the slurmd's first, munged last:
+        # all at once, they wait on each other
         for _, p in reversed(self.daemons):
             if not processes.ended(p):
                 os.kill(p.pid, signal.SIGTERM)

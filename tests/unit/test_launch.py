@@ -170,7 +170,7 @@ def test_a_caller_interrupted_or_killed_ends_the_job(request, marker, leftovers,
 # and Popen.wait would wait on it for ever. A launch that never polls gets its
 # Ctrl-C from a timer instead, 2 s after the job said ready.
 INTERRUPTED_IN_POLL = '''
-import os, signal, subprocess, sys, threading
+import ast, os, signal, subprocess, sys, threading
 from data_parallel import launch
 ready, interrupted = threading.Event(), threading.Event()
 poll = subprocess.Popen.poll
@@ -189,7 +189,7 @@ def echo(line):
     ready.set()
     threading.Timer(2, ctrl_c).start()
 try:
-    launch.launch(eval(sys.argv[1]), timeout=300, echo=echo)
+    launch.launch(ast.literal_eval(sys.argv[1]), timeout=300, echo=echo)
 except KeyboardInterrupt:
     print('interrupted')
 '''
