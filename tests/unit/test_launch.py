@@ -103,9 +103,12 @@ def test_failure_shows_what_every_process_said():
 
 
 # --- Ending a job. CALLER launches one (argv: command, time limit, bandwidth if any):
-# says whether it sees /proc, then how it ended
+# says whether it sees /proc, then how it ended. Ctrl-C raises KeyboardInterrupt in it
+# as in a terminal, even where the tests were started with SIGINT ignored (a shell's
+# background job: `nohup make test &`), which Python keeps ignoring.
 CALLER = '''
-import ast, os, sys
+import ast, os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from data_parallel import launch
 print('/proc exists:', os.path.exists('/proc'), flush=True)
 try:
@@ -171,6 +174,7 @@ def test_a_caller_interrupted_or_killed_ends_the_job(request, marker, leftovers,
 # Ctrl-C from a timer instead, 2 s after the job said ready.
 INTERRUPTED_IN_POLL = '''
 import ast, os, signal, subprocess, sys, threading
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as CALLER
 from data_parallel import launch
 ready, interrupted = threading.Event(), threading.Event()
 poll = subprocess.Popen.poll
