@@ -33,8 +33,9 @@ NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize
 # Tests and chapters run JOBS at a time (pytest-xdist; each file whole on one worker, so
 # its tests and cells stay in order on one kernel). JOBS=1: one at a time. xdist starts
 # the files with the most tests first; conftest.py puts chapter 7 on chapter 6's worker,
-# after it: chapter 7 compares DDP with the runs chapter 6 stores.
-JOBS   ?= 2
+# after it: chapter 7 compares DDP with the runs chapter 6 stores. Three on two cores:
+# a file that waits (on a throttled wire, a process starting) leaves its core to others.
+JOBS   ?= 3
 XDIST  := $(if $(filter-out 0 1,$(JOBS)),-n $(JOBS) --dist loadfile)
 CHAPTERS := $(sort $(wildcard book/[0-9][0-9]_*.ipynb))
 
@@ -138,10 +139,13 @@ $(CHROMIUM) $(CHROMEDRIVER) $(CJK_FONT) &:
 	  $(if $(wildcard $(CHROMIUM)),,chromium) $(if $(wildcard $(CHROMEDRIVER)),,chromium-driver) \
 	  $(if $(wildcard $(CJK_FONT)),,fonts-wqy-microhei)
 
+# Pages are independent and wait on Chromium more than on the cores: BROWSERS of them
+# open at a time, one page after another (--dist load), more browsers than cores.
+BROWSERS ?= 4
 browser-check: book chromium
-	@# pages are independent: spread over JOBS browsers one by one (--dist load)
 	CHROMIUM=$(CHROMIUM) CHROMEDRIVER=$(CHROMEDRIVER) $(PY) -m pytest \
-	  $(if $(XDIST),-n $(JOBS) --dist load) --ignore=tests/browser/test_pdf.py tests/browser
+	  $(if $(filter-out 0 1,$(BROWSERS)),-n $(BROWSERS) --dist load) \
+	  --ignore=tests/browser/test_pdf.py tests/browser
 
 logo:
 	$(PYTHON) tools/make_logo.py book/logo.svg
