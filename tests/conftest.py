@@ -115,7 +115,7 @@ def processes_with(marker):
     return found
 
 
-def left_after(marker, seconds=15):
+def left_after(marker, seconds=60):
     """The processes that mention marker still alive after up to seconds (or [])."""
     deadline = time.monotonic() + seconds
     while processes_with(marker) and time.monotonic() < deadline:
@@ -125,7 +125,7 @@ def left_after(marker, seconds=15):
 
 @pytest.fixture(scope='session')
 def leftovers():
-    """left_after: what a job left running, after up to 15 s (a test's tmp_path marks it)."""
+    """left_after: what a job left running, after up to 60 s (a test's tmp_path marks it)."""
     return left_after
 
 

@@ -84,6 +84,7 @@ def _what_the_workers_said(out, err, lines=15):
                len(err))
     said = [line for line in out.splitlines() + err[:end]
             if line.strip() and not line.startswith(_LAUNCHER_BANNER)]
+    said = list(dict.fromkeys(said))  # what every rank said, once
     return '\n'.join(said[-lines:])
 
 
