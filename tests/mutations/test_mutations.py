@@ -82,11 +82,11 @@ def title(label):
 def outcomes(tmp_path_factory, request):
     """{(label, place): Outcome} of the control and every mutation, run together.
 
-    Every check of every copy is one task; JOBS (default 3, as make's) run at a
-    time. Each finished check prints its line at once; the whole matrix, in order, at
-    the end.
+    Every check of every copy is one task; JOBS of them (make passes its own; one
+    when unset) run at a time. Each finished check prints its line at once; the whole
+    matrix, in order, at the end.
     """
-    workers = int(os.environ.get('JOBS', '3') or 1)
+    workers = int(os.environ.get('JOBS') or 1)
     found = mu.tasks(tmp_path_factory.mktemp('control'), unit=UNIT, chapters=CHAPTERS)
     for mutation in mu.MUTATIONS:
         found += mu.tasks(tmp_path_factory.mktemp(mutation.name), mutation)
