@@ -4,6 +4,7 @@ import argparse
 import contextlib
 import importlib
 import io
+import os
 
 
 def at_least(minimum, kind, most=None):
@@ -56,13 +57,13 @@ def batch_problem(args, world_size):
     return None
 
 
-def check_batch(args, rank, world_size):
-    """Stop every process of a job on batch_problem's line, which rank 0 prints."""
-    problem = batch_problem(args, world_size)
-    # Called after init_process_group, so that all leave together: had one left first,
-    # torchrun could stop rank 0 before it printed the line
+def check_batch(args):
+    """Stop this process on batch_problem's line, before it joins the job's group."""
+    # On every rank, before init_process_group: a rank that left just after joining could
+    # cut another's gloo connection short, and that error would end the job's output
+    problem = batch_problem(args, int(os.environ.get('WORLD_SIZE', 1)))
     if problem:
-        raise SystemExit(problem if rank == 0 else 1)
+        raise SystemExit(problem)  # every rank says it; launch shows the line once
 
 
 class JobArgumentError(ValueError):

@@ -99,10 +99,10 @@ def read_data(num_train, num_test):
 
 
 def train(args):
+    check_batch(args)  # B = kb, or every process stops, before joining the group
     device = devices.setup()
     rank, world_size = dist.get_rank(), dist.get_world_size()
     log = (lambda *a: print(*a, flush=True)) if rank == 0 else (lambda *a: None)
-    check_batch(args, rank, world_size)  # B = kb, or every process stops
     X, y, X_test, y_test = read_data(args.num_train, args.num_test)
     X_test, y_test = X_test.to(device), y_test.to(device)  # once, for every evaluation
     per_process_batch = args.batch_size // world_size

@@ -124,8 +124,8 @@ def unchecked(module, world_size, *args):
 ])
 def test_a_batch_that_does_not_split_evenly_stops_the_job_in_one_line(
         fashion_root, module, world_size, args, size):
-    """C8, C9: every rank said it (train_ddp), or the job ran on with an empty or a
-    smaller shard and a wrong step (perf_workers, wire_workers)."""
+    """C8, C9: refused on every rank before joining (else the job ran on with a wrong
+    step, or a rank's broken connection ended its output), said once."""
     line = (f'--batch-size {size} does not split evenly over {world_size} processes: '
             f'use a multiple of {world_size}.')
     with pytest.raises(RuntimeError) as error:

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from .. import devices
-from ..cli import batch_problem
+from ..cli import check_batch
 from ..data import DataUnavailableError
 from ..results import print_result
 
@@ -140,11 +140,7 @@ def run_mode(modes, args, example):
     """Run modes[args.mode](args, device) in this worker; rank 0 prints its RESULT."""
     if 'LOCAL_RANK' not in os.environ:
         raise SystemExit(f'Start this module with torchrun, for example: {example}')
-    # Before the group is joined, on every rank: a rank that left just after joining
-    # could cut another's gloo connection short, whose error would end the job's output
-    problem = batch_problem(args, int(os.environ['WORLD_SIZE']))
-    if problem:
-        raise SystemExit(problem)  # every rank says it; launch shows the line once
+    check_batch(args)  # B = kb, or every process stops, before joining the group
     device = devices.setup()  # the book's device policy (one core per CPU process)
     try:
         result = modes[args.mode](args, device)
