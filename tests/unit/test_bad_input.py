@@ -1,10 +1,5 @@
-"""Bad input answered in one line, checked where no job starts (issue 21, item 3).
-
-The case numbers are those of the bad-input table in the reliability findings (§4).
-A job's arguments are checked by launch before torchrun starts (cases 1, 6, 7, 9, 14);
-the package's functions raise a ValueError naming the argument (cases 21-24); the
-notebook runner refuses a file that is not a notebook (case 19).
-"""
+"""Bad input answered in one line where no job starts (issue 21, item 3); the case
+numbers are those of the bad-input table in the reliability findings (§4)."""
 import subprocess
 import sys
 from pathlib import Path
@@ -15,37 +10,49 @@ import torch
 import data_parallel as dp
 from data_parallel import launch
 
-ROOT = dp.repo_root()
 DDP = 'torchrun ... -m data_parallel.train_ddp: error: '
 FAULTS = 'torchrun ... -m data_parallel.jobs.faults: error: '
 PERF = 'torchrun ... -m data_parallel.jobs.perf_workers train: error: '
 SHARD = 'torchrun ... -m data_parallel.jobs.shard_workers zero1: error: '
 TRAIN = 'torchrun ... -m data_parallel.jobs.shard_workers train: error: '
+# checked before torchrun: in the job, an empty or a smaller shard would skew the step
+UNEVEN = ('--batch-size {0} does not split evenly over {1} processes: use a multiple '
+          'of {1}.')
 
 
-@pytest.mark.parametrize('case, module, args, line', [
-    (1, launch.TRAINER, ['--epochs', 0],
+@pytest.mark.parametrize('case, module, args, world_size, line', [
+    (1, launch.TRAINER, ['--epochs', 0], 2,
      DDP + 'argument --epochs: 0 is too small: use at least 1'),
-    (6, 'data_parallel.jobs.faults', ['--epochs', 2],
+    (6, 'data_parallel.jobs.faults', ['--epochs', 2], 2,
      FAULTS + 'the following arguments are required: --fail-in-epoch'),
-    (7, 'data_parallel.jobs.faults', ['--fail-in-epoch', 1, '--bogus', 3],
+    (7, 'data_parallel.jobs.faults', ['--fail-in-epoch', 1, '--bogus', 3], 2,
      FAULTS + 'unrecognized arguments: --bogus 3'),
-    (9, 'data_parallel.jobs.perf_workers', ['train', '--batch-size', 60_001],
+    (9, 'data_parallel.jobs.perf_workers', ['train', '--batch-size', 60_001], 2,
      PERF + 'argument --batch-size: 60001 is too large: use at most 60000'),
-    (14, 'data_parallel.jobs.shard_workers', ['zero1', '--batch-size', 60_001],
+    (14, 'data_parallel.jobs.shard_workers', ['zero1', '--batch-size', 60_001], 2,
      SHARD + 'argument --batch-size: 60001 is too large: use at most 60000'),
     # L8: refused after init_process_group on every rank, or silently ignored
-    ('L8', 'data_parallel.jobs.shard_workers', ['train', '--snapshot', 's'],
+    ('L8', 'data_parallel.jobs.shard_workers', ['train', '--snapshot', 's'], 2,
      TRAIN + '--snapshot works with --impls fsdp alone: pass --impls fsdp.'),
-    ('L8', 'data_parallel.jobs.shard_workers', ['train', '--fail-at-step', 2],
+    ('L8', 'data_parallel.jobs.shard_workers', ['train', '--fail-at-step', 2], 2,
      TRAIN + '--fail-at-step needs --snapshot: pass a folder to resume from.'),
+    ('C8', launch.TRAINER, ['--batch-size', 2], 4, UNEVEN.format(2, 4)),
+    ('default', launch.TRAINER, [], 3, UNEVEN.format(256, 3)),
+    ('C9', 'data_parallel.jobs.perf_workers', ['train', '--batch-size', 1], 2,
+     UNEVEN.format(1, 2)),
+    ('uneven', 'data_parallel.jobs.perf_workers', ['train', '--batch-size', 256, 3], 2,
+     UNEVEN.format(3, 2)),
+    ('C9', 'data_parallel.jobs.wire_workers', ['measure', '--batch-size', 3], 2,
+     UNEVEN.format(3, 2)),
+    ('uneven', 'data_parallel.jobs.shard_workers', ['zero1', '--batch-size', 241], 2,
+     UNEVEN.format(241, 2)),
 ])
-def test_launch_refuses_bad_job_arguments_in_one_line(case, module, args, line,
-                                                       capsys):
+def test_launch_refuses_bad_job_arguments_in_one_line(case, module, args, world_size,
+                                                       line, capsys):
     with pytest.raises(launch.JobArgumentError) as error:
-        launch.torchrun_command(args, world_size=2, module=module)
+        launch.torchrun_command(args, world_size=world_size, module=module)
     assert str(error.value) == line
-    assert error.value._render_traceback_() == [line]  # what IPython shows: no traceback
+    assert error.value._render_traceback_() == [line]  # IPython shows no traceback
     assert capsys.readouterr() == ('', '')  # argparse's usage lines were kept back
 
 
@@ -66,27 +73,18 @@ def test_an_unusable_save_params_path_stops_shard_workers_before_any_work(
     assert [p.name for p in tmp_path.iterdir()] == ['file']
 
 
-def test_launch_passes_good_job_arguments():
-    _, argv = launch.torchrun_command(['--fail-in-epoch', 1, '--epochs', 2],
-                                      module='data_parallel.jobs.faults')
-    assert argv[-6:] == ['-m', 'data_parallel.jobs.faults', '--fail-in-epoch', '1',
-                         '--epochs', '2']
-    _, argv = launch.torchrun_command(['train', '--batch-size', 60_000],
-                                      module='data_parallel.jobs.perf_workers')
-    assert argv[-3:] == ['train', '--batch-size', '60000']  # all of the data: allowed
-    args = ['train', '--impls', 'fsdp', '--snapshot', 's', '--fail-at-step', 2]
-    _, argv = launch.torchrun_command(args, module='data_parallel.jobs.shard_workers')
-    assert argv[-len(args):] == [str(arg) for arg in args]  # what L8's checks allow
-
-
-def test_a_batch_of_the_whole_training_set_has_a_start(monkeypatch):
-    """Case 9 at exactly 60,000: the batches' start was taken modulo 0."""
-    from data_parallel.jobs import measure
-    monkeypatch.setattr(measure.dist, 'get_rank', lambda: 0)
-    monkeypatch.setattr(measure.dist, 'get_world_size', lambda: 2)
-    X, y = torch.arange(12.).view(6, 2), torch.arange(6)
-    batches = measure.local_batches(X, y, 6, 3, torch.device('cpu'))
-    assert [b[1].tolist() for b in batches] == [[0, 1, 2]] * 3
+@pytest.mark.parametrize('module, args', [
+    ('data_parallel.jobs.faults', ['--fail-in-epoch', 1, '--epochs', 2]),
+    ('data_parallel.jobs.perf_workers', ['train', '--batch-size', 60_000]),  # all data
+    ('data_parallel.jobs.shard_workers',  # what L8's checks allow
+     ['train', '--impls', 'fsdp', '--snapshot', 's', '--fail-at-step', 2]),
+    # a batch not split over the processes is not checked
+    ('data_parallel.jobs.tp_workers', ['check', '--batch-size', 3]),  # whole on each
+    ('data_parallel.jobs.perf_workers', ['allreduce']),  # no batch
+])
+def test_launch_passes_good_job_arguments(module, args):
+    _, argv = launch.torchrun_command(args, world_size=2, module=module)
+    assert argv[-len(args) - 2:] == ['-m', module, *map(str, args)]
 
 
 @pytest.mark.parametrize('case, call, line', [
@@ -113,7 +111,7 @@ def test_a_file_that_is_not_a_notebook_gets_one_line(tmp_path):
     path = tmp_path / 'bad.ipynb'
     path.write_text('not json\n')
     result = subprocess.run(
-        [sys.executable, ROOT / 'tools' / 'execute_notebooks.py', path],
+        [sys.executable, dp.repo_root() / 'tools' / 'execute_notebooks.py', path],
         capture_output=True, text=True, timeout=60)
     assert result.returncode == 1 and 'Traceback' not in result.stderr
     assert result.stderr.splitlines() == [
@@ -122,11 +120,16 @@ def test_a_file_that_is_not_a_notebook_gets_one_line(tmp_path):
     assert path.read_text() == 'not json\n'
 
 
-def test_missing_data_offline_says_where_to_put_it(tmp_path, monkeypatch):
-    """Case 25: one line naming MULTIGPU_DATA; the folder is left as it was."""
+@pytest.fixture
+def offline(monkeypatch):
+    """torchvision's mirrors at a closed port: a download fails at once."""
     import torchvision
     monkeypatch.setattr(torchvision.datasets.FashionMNIST, 'mirrors',
-                        ['http://127.0.0.1:9/'])  # a closed port: offline at once
+                        ['http://127.0.0.1:9/'])
+
+
+def test_missing_data_offline_says_where_to_put_it(tmp_path, offline):
+    """Case 25: one line naming MULTIGPU_DATA; the folder is left as it was."""
     with pytest.raises(dp.DataUnavailableError) as error:
         dp.load_fashion_mnist(64, root=tmp_path)
     assert str(error.value) == (
@@ -161,47 +164,9 @@ def test_a_relative_data_folder_is_made_absolute(monkeypatch, tmp_path):
 
 # --- Issue 42: the reliability review's commands C5, C6, C8 and C9 -------------------
 
-UNEVEN = ('--batch-size {} does not split evenly over {} processes: use a multiple '
-          'of {}.')
-
-
-@pytest.mark.parametrize('module, args, world_size, size', [
-    (launch.TRAINER, ['--batch-size', 2], 4, 2),  # C8
-    (launch.TRAINER, [], 3, 256),  # the default batch
-    ('data_parallel.jobs.perf_workers', ['train', '--batch-size', 1], 2, 1),  # C9
-    ('data_parallel.jobs.perf_workers', ['train', '--batch-size', 256, 3], 2, 3),
-    ('data_parallel.jobs.wire_workers', ['measure', '--batch-size', 3], 2, 3),  # C9
-    ('data_parallel.jobs.shard_workers', ['zero1', '--batch-size', 241], 2, 241),
-])
-def test_launch_refuses_a_batch_that_does_not_split_evenly(module, args, world_size,
-                                                           size, capsys):
-    """Before torchrun: in the job, an empty or a smaller shard would skew the step."""
-    with pytest.raises(launch.JobArgumentError) as error:
-        launch.torchrun_command(args, world_size=world_size, module=module)
-    assert str(error.value) == UNEVEN.format(size, world_size, world_size)
-    assert capsys.readouterr() == ('', '')
-
-
 def test_a_job_of_two_machines_splits_its_batch_over_all_their_processes():
-    with pytest.raises(launch.JobArgumentError, match='^' + UNEVEN.format(6, 4, 4)):
+    with pytest.raises(launch.JobArgumentError, match='^' + UNEVEN.format(6, 4)):
         launch.multinode_command(0, '127.0.0.1', 29500, 'lo', ['--batch-size', 6])
-
-
-@pytest.mark.parametrize('module, args', [
-    ('data_parallel.jobs.tp_workers', ['check', '--batch-size', 3]),  # whole on each
-    ('data_parallel.jobs.perf_workers', ['allreduce']),  # no batch
-])
-def test_a_batch_that_is_not_split_over_the_processes_is_not_checked(module, args):
-    _, argv = launch.torchrun_command(args, world_size=2, module=module)
-    assert argv[-len(args):] == [str(arg) for arg in args]
-
-
-@pytest.fixture
-def offline(monkeypatch):
-    """torchvision's mirrors at a closed port: a download fails at once."""
-    import torchvision
-    monkeypatch.setattr(torchvision.datasets.FashionMNIST, 'mirrors',
-                        ['http://127.0.0.1:9/'])
 
 
 def test_a_data_folder_that_is_a_file_is_named_by_its_variable(tmp_path, monkeypatch,

@@ -1,4 +1,4 @@
-"""Our in-memory Fashion-MNIST loader against torchvision's, and its failure when offline."""
+"""Our in-memory Fashion-MNIST loader against torchvision's, and its failures."""
 import concurrent.futures
 import fcntl
 import functools
@@ -20,6 +20,8 @@ import torchvision
 
 import data_parallel as dp
 
+TEST_SPLIT = ('t10k-images-idx3-ubyte', 't10k-labels-idx1-ubyte')  # its two files
+
 
 def test_batches_equal_torchvision_totensor(fashion_root):
     reference = torchvision.datasets.FashionMNIST(
@@ -36,7 +38,7 @@ def test_shuffled_epoch_covers_every_example_once(fashion_root):
     train_iter, _ = dp.load_fashion_mnist(256, root=fashion_root, num_train=1000)
     first = torch.cat([y for _, y in train_iter])
     second = torch.cat([y for _, y in train_iter])
-    reference = torchvision.datasets.FashionMNIST(fashion_root, train=True).targets[:1000]
+    reference = torchvision.datasets.FashionMNIST(fashion_root).targets[:1000]
     assert [len(y) for _, y in train_iter][-1] == 1000 - 3 * 256
     assert torch.equal(first.sort().values, reference.sort().values)
     assert not torch.equal(first, second), 'each pass must reshuffle'
@@ -64,7 +66,7 @@ def test_missing_data_offline_fails_fast_with_clear_message(tmp_path):
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith('data_parallel.data.DataUnavailableError: ')
     assert 'MULTIGPU_DATA' in last and 'FashionMNIST' in last
-    assert 'urllib' not in result.stderr, 'no traceback from inside the download library'
+    assert 'urllib' not in result.stderr  # no traceback from the download library
 
 
 def test_a_data_folder_a_reader_cannot_enter_is_named_in_one_line(
@@ -88,10 +90,8 @@ def test_a_data_folder_a_reader_cannot_enter_is_named_in_one_line(
 
 
 def test_shuffled_batches_are_gathered_into_pinned_memory_for_a_gpu(monkeypatch):
-    """With pin_memory (the default where CUDA is available) every shuffled batch is
-    allocated pinned, so that split_batch's non_blocking copy to a GPU is queued; the
-    values are those of plain indexing. (Pinning needs CUDA: the allocation is recorded,
-    not made, here.)"""
+    """Pinned (the default with CUDA), split_batch's copy to a GPU is queued; pinning
+    needs CUDA, so here the allocation is recorded, not made."""
     X, y = torch.arange(30.).view(10, 3), torch.arange(10)
     pinned, real_empty = [], torch.empty
 
@@ -120,8 +120,8 @@ def test_both_splits_equal_torchvision_and_need_no_torchvision(fashion_root):
         assert y.dtype == reference.targets.dtype and torch.equal(y, reference.targets)
     # importing torchvision costs each worker of a job over a second: files on disk
     # are read without it
-    code = ('import sys, data_parallel as dp; dp.read_fashion_mnist(True, sys.argv[1]); '
-            "print('torchvision' in sys.modules)")
+    code = ('import sys, data_parallel as dp; dp.read_fashion_mnist(True, sys.argv[1])'
+            "; print('torchvision' in sys.modules)")
     result = subprocess.run([sys.executable, '-c', code, str(fashion_root)],
                             capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == 'False', result.stdout + result.stderr
@@ -133,7 +133,7 @@ def mirror(tmp_path, fashion_root, monkeypatch):
     served = tmp_path / 'mirror'
     served.mkdir()
     resources = []
-    for name in ('t10k-images-idx3-ubyte', 't10k-labels-idx1-ubyte'):
+    for name in TEST_SPLIT:
         archive = gzip.compress((fashion_root / 'FashionMNIST' / 'raw' / name)
                                 .read_bytes(), compresslevel=1)
         (served / f'{name}.gz').write_bytes(archive)
@@ -157,9 +157,7 @@ def mirror(tmp_path, fashion_root, monkeypatch):
 
 def test_downloaded_files_are_read_as_files_found_in_place(mirror, tmp_path,
                                                            monkeypatch):
-    """The download path ends in the same reader (and check) as files already there.
-    torchvision downloads under the data folder's lock, into a folder of its own:
-    raw/ only ever holds whole files, and the lock and that folder go afterwards."""
+    """Under the folder's lock, into a folder of its own: raw/ holds whole files."""
     root, real = tmp_path / 'data', torchvision.datasets.FashionMNIST
 
     def download(folder, **kwargs):
@@ -186,8 +184,7 @@ def test_downloaded_files_are_read_as_files_found_in_place(mirror, tmp_path,
     ids=['EOFError', 'zlib.error', 'no-download'])
 def test_a_failed_or_refused_download_leaves_the_folder_as_it_was(
         tmp_path, monkeypatch, raised, download, reason):
-    """An archive that gzip finds cut short or corrupt is one line, like no network; a
-    process told not to download does not try. Nothing half-written is left in raw/."""
+    """A cut-short or corrupt archive is one line; download=False does not even try."""
     calls = []
 
     def torn(folder, **kwargs):  # unpacks half a file, then fails
@@ -205,8 +202,7 @@ def test_a_failed_or_refused_download_leaves_the_folder_as_it_was(
 
 def test_a_process_that_waited_for_a_download_reads_its_files(tmp_path, fashion_root,
                                                               monkeypatch):
-    """Another machine on the same file system holds the lock: this process waits, then
-    reads the files it fetched instead of downloading them a second time."""
+    """Another machine holds the lock: this one waits, then reads what it fetched."""
     raw, fetched, waiting, flock = (tmp_path / 'FashionMNIST' / 'raw', [],
                                     threading.Event(), fcntl.flock)
     monkeypatch.setattr(torchvision.datasets, 'FashionMNIST',
@@ -222,7 +218,7 @@ def test_a_process_that_waited_for_a_download_reads_its_files(tmp_path, fashion_
             reading = pool.submit(dp.read_fashion_mnist, False, tmp_path)
             assert waiting.wait(60)  # it found no files, and waits for the lock
             raw.mkdir(parents=True)
-            for name in ('t10k-images-idx3-ubyte', 't10k-labels-idx1-ubyte'):
+            for name in TEST_SPLIT:
                 shutil.copy(fashion_root / 'FashionMNIST' / 'raw' / name, raw / name)
             (tmp_path / '.download.lock').unlink()  # as its holder leaves it
         X, y = reading.result(timeout=60)
@@ -231,7 +227,7 @@ def test_a_process_that_waited_for_a_download_reads_its_files(tmp_path, fashion_
 
 
 def test_a_damaged_download_is_named_in_one_line(mirror, tmp_path, monkeypatch):
-    """torchvision checks the archive's MD5 only: a bad file inside it is ours to find."""
+    """torchvision checks the archive's MD5 only: a bad file inside is ours to find."""
     archive = mirror / 't10k-labels-idx1-ubyte.gz'
     labels = bytearray(gzip.decompress(archive.read_bytes()))
     labels[100] ^= 1
@@ -249,9 +245,8 @@ def test_a_damaged_file_deleted_as_the_message_says_is_downloaded_again(
     root = tmp_path / 'data'
     raw = root / 'FashionMNIST' / 'raw'
     raw.mkdir(parents=True)
-    for name in ('t10k-images-idx3-ubyte', 't10k-labels-idx1-ubyte'):
-        (raw / name).write_bytes((fashion_root / 'FashionMNIST' / 'raw' / name)
-                                 .read_bytes())
+    for name in TEST_SPLIT:
+        shutil.copy(fashion_root / 'FashionMNIST' / 'raw' / name, raw / name)
     labels = bytearray((raw / 't10k-labels-idx1-ubyte').read_bytes())
     labels[100] ^= 1  # same size: only the MD5 tells
     (raw / 't10k-labels-idx1-ubyte').write_bytes(labels)

@@ -13,6 +13,7 @@ import pytest
 
 import data_parallel as dp
 from data_parallel import data
+from tests.conftest import AS_READER
 
 PACKAGE = dp.repo_root() / 'book' / 'data_parallel'
 OFFICIAL, OFFLINE = data._OFFICIAL_MD5, data._OFFLINE_COPY_MD5
@@ -140,8 +141,7 @@ def read_only_ways(root):
               'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"',
               str(root)])]
     if os.geteuid() == 0:  # root without user namespaces (a container): be nobody
-        ways.append(('user nobody', ['setpriv', '--reuid=65534', '--regid=65534',
-                                     '--clear-groups']))
+        ways.append(('user nobody', list(AS_READER)))
     return ways
 
 

@@ -1,9 +1,4 @@
-"""The book's one device policy, with the GPU count simulated: no GPU is needed.
-
-``process_device`` (k processes, torchrun) and ``get_devices`` (one process, k devices)
-read the GPU count from ``torch.cuda.device_count``; ``devices.setup`` must follow
-``process_device`` and never ask CUDA for a GPU that is not there.
-"""
+"""The book's one device policy, with the GPU count simulated: no GPU is needed."""
 import pytest
 import torch
 
@@ -61,11 +56,16 @@ def test_process_device_reads_the_gpu_count_when_not_given(monkeypatch):
 def test_get_devices_with_simulated_gpus(monkeypatch, capsys, num_gpus, k, expected,
                                          line):
     monkeypatch.setattr(torch.cuda, 'device_count', lambda: num_gpus)
-    devices = dp.get_devices(k)
-    assert devices == [torch.device(d) for d in expected]
+    threads = []
+    monkeypatch.setattr(torch, 'set_num_threads', threads.append)
+    assert dp.get_devices(k, verbose=False) == [torch.device(d) for d in expected]
+    assert capsys.readouterr().out == ''
+    assert dp.get_devices(k) == [torch.device(d) for d in expected]
     printed = capsys.readouterr().out.splitlines()
     assert len(printed) == 1 and printed[0].startswith(line)
     assert printed[0].endswith(', '.join(expected))
+    # the CPU device model: one core; GPUs keep the CPU threads, to feed them
+    assert threads == ([1, 1] if num_gpus == 0 else [])
 
 
 @pytest.mark.parametrize('k, cores, share', [
@@ -76,98 +76,39 @@ def test_cpu_devices_are_one_core_each(monkeypatch, capsys, k, cores, share):
     """The CPU device model: each stand-in device computes with one thread."""
     monkeypatch.setattr(torch.cuda, 'device_count', lambda: 0)
     monkeypatch.setattr(dp.devices, 'cpu_cores', lambda: cores)
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2)
-        dp.get_devices(k)
-        assert torch.get_num_threads() == 1
-    finally:
-        torch.set_num_threads(threads)
+    threads = []
+    monkeypatch.setattr(torch, 'set_num_threads', threads.append)
+    dp.get_devices(k)
+    assert threads == [1]
     assert share in capsys.readouterr().out
 
 
-def test_gpu_devices_keep_the_cpu_threads(monkeypatch, capsys):
-    monkeypatch.setattr(torch.cuda, 'device_count', lambda: 2)
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2)
-        dp.get_devices(2)
-        assert torch.get_num_threads() == 2  # the CPU only feeds the GPUs
-    finally:
-        torch.set_num_threads(threads)
-
-
-def test_get_devices_quiet(monkeypatch, capsys):
-    monkeypatch.setattr(torch.cuda, 'device_count', lambda: 2)
-    assert dp.get_devices(2, verbose=False) == [torch.device('cuda', i) for i in (0, 1)]
-    assert capsys.readouterr().out == ''
-
-
-class Recorder:
-    """Stands in for a torch function and remembers how it was called."""
-
-    def __init__(self):
-        self.calls = []
-
-    def __call__(self, *args, **kwargs):
-        self.calls.append((args, kwargs))
-
-
-@pytest.fixture
-def fake_cuda_setup(monkeypatch):
-    """devices.setup with a simulated GPU count and a recorded process group."""
-    init, set_device, set_threads = Recorder(), Recorder(), Recorder()
-    monkeypatch.setattr(devices.dist, 'init_process_group', init)
-    monkeypatch.setattr(torch.cuda, 'set_device', set_device)
-    monkeypatch.setattr(torch, 'set_num_threads', set_threads)  # kept from this process
-    monkeypatch.setattr(dp.devices, 'cpu_cores', lambda: 2)
-
-    def run(num_gpus, local_rank, local_world_size):
-        monkeypatch.setattr(torch.cuda, 'device_count', lambda: num_gpus)
-        monkeypatch.setenv('LOCAL_RANK', str(local_rank))
-        monkeypatch.setenv('LOCAL_WORLD_SIZE', str(local_world_size))
-        device = devices.setup()
-        run.threads = [args for args, _ in set_threads.calls]
-        return device
-    return run, init, set_device
-
-
-@pytest.mark.parametrize('local_rank', [0, 1])
-def test_setup_with_fewer_gpus_than_processes_runs_gloo_on_the_cpu(
-        fake_cuda_setup, capsys, local_rank):
-    run, init, set_device = fake_cuda_setup
-    device = run(num_gpus=1, local_rank=local_rank, local_world_size=2)
-    assert device == torch.device('cpu')
-    assert init.calls == [(('gloo',), {})]  # no device_id: nothing binds to a GPU
-    assert set_device.calls == []  # cuda:1 does not exist: never ask for it
-    printed = capsys.readouterr().out.splitlines()
-    if local_rank == 0:  # one line per machine, from its local rank 0
-        assert printed == ['Only 1 GPU(s) for 2 processes on this machine: every '
-                           'process runs on the CPU with gloo.']
-    else:
-        assert printed == []
-
-
-def test_setup_with_a_gpu_per_process_binds_nccl_to_its_gpu(fake_cuda_setup, capsys):
-    run, init, set_device = fake_cuda_setup
-    device = run(num_gpus=2, local_rank=1, local_world_size=2)
-    assert device == torch.device('cuda', 1)
-    assert set_device.calls == [((torch.device('cuda', 1),), {})]
-    assert init.calls == [(('nccl',), {'device_id': torch.device('cuda', 1)})]
-    assert run.threads == []  # a GPU process keeps its CPU threads for feeding the GPU
-    assert capsys.readouterr().out == ''
-
-
-@pytest.mark.parametrize('nproc, line', [
-    (2, []),  # one core per process: nothing to report
-    (4, ['4 processes on 2 CPU cores: oversubscribed, they share cores.'])])
-def test_setup_on_a_cpu_machine_is_gloo_with_one_core_each(fake_cuda_setup, capsys,
-                                                           nproc, line):
-    run, init, set_device = fake_cuda_setup
-    assert run(num_gpus=0, local_rank=0, local_world_size=nproc) == torch.device('cpu')
-    assert init.calls == [(('gloo',), {})] and set_device.calls == []
-    assert run.threads == [(1,)]  # the CPU device model: one intra-op thread
-    assert capsys.readouterr().out.splitlines() == line
+@pytest.mark.parametrize('num_gpus, local_rank, nproc, device, printed', [
+    # one line per machine, from its local rank 0
+    (1, 0, 2, 'cpu', ['Only 1 GPU(s) for 2 processes on this machine: every process '
+                      'runs on the CPU with gloo.']),
+    (1, 1, 2, 'cpu', []),
+    (0, 0, 2, 'cpu', []),  # one core per process: nothing to report
+    (0, 0, 4, 'cpu', ['4 processes on 2 CPU cores: oversubscribed, they share cores.']),
+    (2, 1, 2, 'cuda:1', [])])
+def test_setup_joins_the_group_that_process_device_picks(
+        monkeypatch, capsys, num_gpus, local_rank, nproc, device, printed):
+    calls = []
+    monkeypatch.setattr(devices.dist, 'init_process_group',
+                        lambda *args, **kwargs: calls.append(('init', args, kwargs)))
+    monkeypatch.setattr(torch.cuda, 'set_device', lambda d: calls.append(('set', d)))
+    monkeypatch.setattr(torch, 'set_num_threads', lambda n: calls.append(('cores', n)))
+    monkeypatch.setattr(devices, 'cpu_cores', lambda: 2)
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: num_gpus)
+    monkeypatch.setenv('LOCAL_RANK', str(local_rank))
+    monkeypatch.setenv('LOCAL_WORLD_SIZE', str(nproc))
+    device = torch.device(device)
+    assert devices.setup() == device
+    if device.type == 'cpu':  # one core; no device_id, no set_device: no GPU is asked
+        assert calls == [('cores', 1), ('init', ('gloo',), {})]
+    else:  # a GPU process keeps its CPU threads for feeding the GPU
+        assert calls == [('set', device), ('init', ('nccl',), {'device_id': device})]
+    assert capsys.readouterr().out.splitlines() == printed
 
 
 SWEEPS = [(1, 2, 4), (2, 4), (2, 3), (1, 2, 3, 4)]
@@ -200,35 +141,3 @@ def test_sweep_environment_is_a_fresh_dict(monkeypatch, capsys):
     env = dp.sweep_environment((1, 2))
     env['X'] = '1'  # a caller adding to it must not change the policy's constant
     assert dp.CPU_ONLY == {'CUDA_VISIBLE_DEVICES': ''}
-
-
-# What each chapter runs where, by the policy, for the machines the book names: Colab
-# (1 GPU), 2 GPUs, 8 GPUs, and none. Chapter 7 uses min(GPUs, 2) processes (2 on a CPU);
-# chapter 8 sweeps 1, 2, 4 processes, chapter 9 1 to 4.
-CHAPTER_TABLE = {
-    0: {'devices': ['cpu', 'cpu'], 'ch7': ('gloo', 2), 'ch8': 'gloo', 'ch9': 'gloo'},
-    1: {'devices': ['cuda:0', 'cuda:0'], 'ch7': ('nccl', 1), 'ch8': 'gloo',
-        'ch9': 'gloo'},
-    2: {'devices': ['cuda:0', 'cuda:1'], 'ch7': ('nccl', 2), 'ch8': 'gloo',
-        'ch9': 'gloo'},
-    8: {'devices': ['cuda:0', 'cuda:1'], 'ch7': ('nccl', 2), 'ch8': 'nccl',
-        'ch9': 'nccl'},
-}
-
-
-@pytest.mark.parametrize('num_gpus', sorted(CHAPTER_TABLE))
-def test_what_each_chapter_runs_where(monkeypatch, capsys, num_gpus):
-    monkeypatch.setattr(torch.cuda, 'device_count', lambda: num_gpus)
-    expected = CHAPTER_TABLE[num_gpus]
-    assert [str(d) for d in dp.get_devices(2, verbose=False)] == expected['devices']
-    world_size = min(num_gpus, 2) if num_gpus else 2
-    assert (dp.process_device(0, world_size)[0], world_size) == expected['ch7']
-    for chapter, counts in (('ch8', (1, 2, 4)), ('ch9', (1, 2, 3, 4))):
-        env = dp.sweep_environment(counts)
-        assert dp.sweep_backend(counts) == expected[chapter]
-        hidden = env == {'CUDA_VISIBLE_DEVICES': ''}
-        assert hidden == (0 < num_gpus < max(counts))  # and then a line says so
-    said = capsys.readouterr().out
-    assert said.count('every job here runs on the CPU') == (2 if num_gpus in (1, 2)
-                                                             else 0)
-

@@ -126,8 +126,7 @@ def test_diagrams_have_no_empty_margins(draw):
 
 
 def test_tensor_parallel_pair_splits_A_by_columns_and_B_by_rows():
-    """Device r holds block r of A, side by side, and block r of B, one above the other;
-    X and Z whole on each device; the partial outputs go through g, one box for both."""
+    """X and Z whole on each device; the partial outputs go through g, one box."""
     fig = dp.plot_tensor_parallel_pair()
     ax, = fig.axes
     strings = texts(fig)
@@ -235,6 +234,10 @@ BOOK_CALLS = {  # the figures as the chapters draw them, and their number of axe
     'scatter': (dp.plot_scatter, 1),
     'accuracy': (lambda: dp.plot_accuracy({'1 device': [0.5, 0.7, 0.8],
                                            '2 devices': [0.5, 0.72, 0.81]}), 1),
+    'sharded memory': (lambda: dp.plot_sharded_memory([1, 2, 4, 8], {
+        name: [dp.bytes_per_device(10**9, k, stage, 'adam') for k in (1, 2, 4, 8)]
+        for stage, name in enumerate(['DP', 'ZeRO-1', 'ZeRO-2', 'ZeRO-3'])},
+        title='1B'), 1),
     'scaling': (lambda: dp.plot_scaling([1, 2, 4], {
         'strong scaling (batch 256)': [1, 2, 3],
         'weak scaling (128 per device)': [1, 2, 4]}, cores=2, backend='gloo'), 1),
@@ -323,6 +326,13 @@ def test_accuracy_draws_one_line_per_run_with_its_data():
     # num_epochs widens the x axis beyond the epochs measured so far
     fig = dp.plot_accuracy({'run': [0.5, 0.6]}, num_epochs=10)
     assert fig.axes[0].get_xlim()[1] >= 10
+
+
+def test_sharded_memory_draws_each_stage():
+    ax, = BOOK_CALLS['sharded memory'][0]().axes
+    assert [line.get_label() for line in ax.lines] == ['DP', 'ZeRO-1', 'ZeRO-2',
+                                                      'ZeRO-3']
+    assert list(ax.lines[3].get_ydata()) == [16, 8, 4, 2]  # GB, ZeRO-3 falls as 1/k
 
 
 def test_bandwidth_plots_measured_points_and_the_model_line():

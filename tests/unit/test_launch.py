@@ -47,11 +47,8 @@ def torchrun_job(marker, wait=300):
 
 
 def sleeper(marker, sleeps=0, own_session=False):
-    """A launcher that starts a child sleeping 300 s, says ready, then sleeps itself.
-
-    With own_session the child starts a session of its own, after launch's first walk
-    of the processes: were the launcher to end before the next, no walk would see it.
-    """
+    """A launcher: starts a child sleeping 300 s, says ready, sleeps. With own_session
+    the child starts a session of its own after launch's first walk: no walk sees it."""
     code = (f'import subprocess, sys, time\ntime.sleep({0.15 * own_session})\n'
             "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', "
             f"sys.argv[1]], start_new_session={own_session})\n"
@@ -147,10 +144,8 @@ def test_time_limit_ends_the_job_and_all_it_started(request, marker, leftovers, 
     ids=['ctrl-c', 'killed-outright', 'killed-outright-throttled'])
 def test_a_caller_interrupted_or_killed_ends_the_job(request, marker, leftovers, sig,
                                                       said, bandwidth):
-    """SIGKILL as from nbval's teardown after Ctrl-C, or a kernel shut down.
-
-    Throttled, the guard's SIGTERM must reach torchrun through unshare and sh.
-    """
+    """SIGKILL as from nbval's teardown after Ctrl-C, or a kernel shut down; throttled,
+    the guard's SIGTERM must reach torchrun through unshare and sh."""
     if bandwidth:
         request.getfixturevalue('throttle')  # skips where none can be made
     command = torchrun_job(marker)
@@ -334,11 +329,8 @@ def test_a_process_that_cannot_be_read_is_left_alone(tree, monkeypatch, error):
     ids=['proc', 'no-process-readable', 'own-session-never-walked'])
 def test_a_child_that_outlives_its_launcher_does_not_hold_the_job(
         monkeypatch, marker, leftovers, readable, own_session):
-    """It still holds the output pipe; its launcher's group ends it, even unread.
-
-    In a session of its own, unseen by any walk, launch's mark in its environment
-    finds it.
-    """
+    """It holds the output pipe: its launcher's group ends it, even unread; in a
+    session of its own, unseen by any walk, launch's mark in its env finds it."""
     def no_proc(*args, **kwargs):  # psutil.Process where os.listdir('/proc') fails
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), '/proc')
     if not readable:

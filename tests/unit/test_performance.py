@@ -9,13 +9,7 @@ import torch.distributed as dist
 
 import data_parallel as dp
 from data_parallel import performance
-
-
-def batch(n=255, seed=1):
-    """A random minibatch shaped like Fashion-MNIST (no data set needed)."""
-    generator = torch.Generator().manual_seed(seed)
-    X = torch.rand(n, 1, 28, 28, generator=generator)
-    return X, torch.randint(0, 10, (n,), generator=generator)
+from tests.unit.test_scratch import batch
 
 
 @pytest.mark.parametrize('threads', [False, True],
@@ -30,7 +24,7 @@ def test_flat_trainer_matches_train_batch(k, threads, monkeypatch):
     replicas = [dp.FlatParams(dp.init_lenet_params(), d) for d in devices]
     with ThreadPoolExecutor(k) as pool:
         for step in range(3):  # 255 examples: uneven shards for k = 2
-            X, y = batch(seed=step)
+            X, y = batch(255, seed=step)
             dp.train_batch(X, y, reference, devices, lr=0.5)
             dp.train_batch_flat(X, y, replicas, devices, lr=0.5,
                                 pool=pool if threads else None)
@@ -46,11 +40,12 @@ def test_flat_trainer_matches_train_batch(k, threads, monkeypatch):
 def test_with_a_pool_the_devices_passes_run_at_the_same_time():
     """Structure, not speed: each device's pass on a thread of its own, at once."""
     devices = dp.get_devices(2, verbose=False)
+    batches = [batch(255, seed) for seed in range(8)]
     with ThreadPoolExecutor(2) as pool:
-        steps = performance.pass_spans([batch(seed=seed) for seed in range(8)], devices, pool)
-    assert threading.get_ident() not in {thread for step in steps for thread, _, _ in step}
+        steps = performance.pass_spans(batches, devices, pool)
+    assert threading.get_ident() not in {thread for s in steps for thread, _, _ in s}
     assert any(max(a[1], b[1]) < min(a[2], b[2]) for a, b in steps), steps
-    serial = performance.pass_spans([batch(seed=seed) for seed in range(8)], devices)
+    serial = performance.pass_spans(batches, devices)
     assert not any(max(a[1], b[1]) < min(a[2], b[2]) for a, b in serial), serial
 
 
@@ -174,7 +169,7 @@ def test_passes_run_forward_backward_on_every_shard_then_zero_gradients(
     monkeypatch.setattr(performance, 'forward_backward', forward_backward)
     batches = []
     for b in range(3):
-        X, _ = batch(n=8, seed=b)
+        X, _ = batch(8, seed=b)
         y = 2 * b + torch.arange(8) // 4  # each shard's labels say which it is
         batches.append((X, y, *dp.split_batch(X, y, devices)))
     with ThreadPoolExecutor(2) as pool:
@@ -193,19 +188,23 @@ def test_passes_run_forward_backward_on_every_shard_then_zero_gradients(
     assert all(torch.equal(r.data, before) for r in replicas)  # no update
 
 
-@pytest.mark.parametrize('world_size', [1, 2, 3])
-def test_local_batches_split_the_global_batches_across_ranks(world_size, monkeypatch):
+@pytest.mark.parametrize('n, batch_size, world_size, starts', [
+    (20, 8, 1, (0, 8, 4, 0)), (20, 8, 2, (0, 8, 4, 0)), (20, 8, 3, (0, 8, 4, 0)),
+    (6, 6, 2, (0, 0, 0))])  # case 9 of test_bad_input.py: its start was taken modulo 0
+def test_local_batches_split_the_global_batches_across_ranks(n, batch_size, world_size,
+                                                             starts, monkeypatch):
     """A job's ranks together hold each global batch once, in rank order."""
     from data_parallel.jobs import measure
-    X, y = torch.arange(40.).view(20, 2), torch.arange(20)
+    X, y = torch.arange(2. * n).view(n, 2), torch.arange(n)
     monkeypatch.setattr(measure.dist, 'get_world_size', lambda: world_size)
     parts = []
     for rank in range(world_size):
         monkeypatch.setattr(measure.dist, 'get_rank', lambda rank=rank: rank)
-        parts.append(measure.local_batches(X, y, 8, 4, torch.device('cpu')))
-    whole = measure.global_batches(X, y, 8, 4)
+        parts.append(measure.local_batches(X, y, batch_size, len(starts),
+                                           torch.device('cpu')))
+    whole = measure.global_batches(X, y, batch_size, len(starts))
     assert [b.tolist() for _, b in whole] == \
-        [list(range(s, s + 8)) for s in (0, 8, 4, 0)]
+        [list(range(s, s + batch_size)) for s in starts]
     for step, (X_b, y_b) in enumerate(whole):
         assert torch.equal(torch.cat([p[step][0] for p in parts]), X_b)
         assert torch.equal(torch.cat([p[step][1] for p in parts]), y_b)

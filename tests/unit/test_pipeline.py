@@ -1,10 +1,10 @@
-"""data_parallel.pipeline: the bubble's formulas, the schedule simulator, activations
-held per stage, the split into stages, and the schedule figure."""
+"""data_parallel.pipeline: bubble, schedules, activations held, stages, and figure."""
 import pytest
 import torch
 
 import data_parallel as dp
 from data_parallel import pipeline as pp
+from tests.unit.test_figures import close_figures, texts  # noqa: F401 (Agg, closed)
 
 CASES = [(1, 3), (2, 1), (2, 4), (3, 5), (4, 4), (4, 8), (5, 2), (8, 16)]
 
@@ -90,11 +90,8 @@ def test_stage_layers_split_the_model_into_contiguous_runs():
 
 
 def test_schedule_figure_draws_every_action_and_refuses_bad_input():
-    from matplotlib import pyplot as plt
     tables = {'GPipe': pp.simulate('gpipe', 3, 2), '1F1B': pp.simulate('1f1b', 3, 2)}
-    fig = dp.plot_pipeline_schedule(tables, title='p = 3, m = 2')
-    labels = [t.get_text() for ax in fig.axes for t in ax.texts]
+    labels = texts(dp.plot_pipeline_schedule(tables, title='p = 3, m = 2'))
     assert sorted(labels) == sorted(2 * [f'{k}{i}' for k in 'FB' for i in range(2)] * 3)
-    plt.close(fig)
     with pytest.raises(ValueError, match='tables: give'):
         dp.plot_pipeline_schedule({})

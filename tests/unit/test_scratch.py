@@ -36,9 +36,9 @@ def largest_difference(params, others):
 
 
 # Differences relative to the step: rounding (float32 sums in another order, TF32
-# convolutions on GPUs) stays far below 1e-2 of it; each bug of tests/mutations/mutations.py
-# (shared replicas, unsynchronised gradients, dropped examples, wrong divisor) is
-# larger than 5e-2 of it in these tests.
+# convolutions on GPUs) stays far below 1e-2 of it; each bug of
+# tests/mutations/mutations.py (shared replicas, unsynchronised gradients, dropped
+# examples, wrong divisor) is larger than 5e-2 of it in these tests.
 RELATIVE = 1e-2
 
 

@@ -1,25 +1,29 @@
-"""The snapshot's faults without torchrun: other flags (C3), a crash inside the restore
-(C10b), a full disk (C11), two jobs on one path (C15), read errors that are not damage,
-and earlier damaged copies kept (data_parallel.snapshot)."""
+"""train_ddp's snapshot files without torchrun (data_parallel.snapshot, on files): the
+previous generation kept, a damaged newest replaced by it, unusable paths named before
+any work, other flags (C3), a crash inside the restore (C10b), a full disk (C11), two
+jobs on one path (C15); a chapter's results file written as safely."""
 import errno
 import fcntl
+import json
 import os
+import re
+from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 
-from data_parallel import files, models, snapshot, train_ddp
+from data_parallel import files, models, results, snapshot, train_ddp
 
-ARGS = train_ddp.parse_args([])
+ARGS = train_ddp.parse_args([])  # the flags a snapshot records
 
 
-def save(path, epoch, args=ARGS):
+def save(path, epoch):
     """A snapshot of the untrained LeNet, as if `epoch` epochs had run."""
     model = models.LeNet()
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    optimizer = torch.optim.SGD(model.parameters(), lr=ARGS.lr)
     history = {'accuracies': [0.5] * epoch, 'epoch_seconds': [1.0] * epoch}
-    snapshot.write(path, model, optimizer, epoch, history, args)
+    snapshot.write(path, model, optimizer, epoch, history, ARGS)
 
 
 def epoch_of(path):
@@ -28,6 +32,22 @@ def epoch_of(path):
 
 def names(folder):
     return sorted(p.name for p in folder.iterdir())
+
+
+@pytest.fixture
+def two_saved(tmp_path):
+    """tmp_path/a.pt of epoch 2, and the snapshot before it (epoch 1)."""
+    path = tmp_path / 'a.pt'
+    save(path, 1)
+    save(path, 2)
+    return path
+
+
+@pytest.fixture
+def cut_short(two_saved):
+    """two_saved's a.pt, cut short: damaged, with a good snapshot before it."""
+    two_saved.write_bytes(b'cut short')
+    return two_saved
 
 
 @pytest.fixture
@@ -44,10 +64,8 @@ def one_process():
     (['--num-train', '512'], 'was taken without --num-train (this run: 512)'),
 ])
 def test_other_flags_stop_the_job_with_one_line_before_any_epoch(
-        tmp_path, one_process, flags, says):
-    path = tmp_path / 'a.pt'
-    save(path, 1)
-    before = path.read_bytes()
+        two_saved, one_process, flags, says):
+    path, before = two_saved, two_saved.read_bytes()
     with pytest.raises(SystemExit) as exit_info:
         snapshot.load(path, train_ddp.parse_args(flags))
     assert exit_info.value.code == (
@@ -56,11 +74,8 @@ def test_other_flags_stop_the_job_with_one_line_before_any_epoch(
     assert path.read_bytes() == before
 
 
-def test_a_fallback_of_other_flags_changes_nothing(tmp_path):
-    path = tmp_path / 'a.pt'
-    save(path, 1)
-    save(path, 2)
-    path.write_bytes(b'cut short')
+def test_a_fallback_of_other_flags_changes_nothing(tmp_path, cut_short):
+    path = cut_short
     with pytest.raises(snapshot.SnapshotError, match='was taken with --model lenet'):
         snapshot.newest(path, train_ddp.parse_args(['--model', 'resnet18']))
     assert path.read_bytes() == b'cut short' and 'a.pt.damaged' not in names(tmp_path)
@@ -90,17 +105,15 @@ def test_the_record_reports_the_learning_rate_the_steps_used(tmp_path, monkeypat
     assert records[0]['lr'] == 0.2
 
 
-def test_a_read_error_is_not_damage_and_moves_nothing(tmp_path, monkeypatch):
-    path = tmp_path / 'a.pt'
-    save(path, 1)
-    save(path, 2)
-    real = type(path).read_bytes
+def test_a_read_error_is_not_damage_and_moves_nothing(tmp_path, two_saved,
+                                                      monkeypatch):
+    path, real = two_saved, Path.read_bytes
 
     def eio(self):
         if self == path:
             raise OSError(errno.EIO, os.strerror(errno.EIO), str(self))
         return real(self)
-    monkeypatch.setattr(type(path), 'read_bytes', eio)
+    monkeypatch.setattr(Path, 'read_bytes', eio)
     with pytest.raises(snapshot.SnapshotError) as error:
         snapshot.newest(path, ARGS)
     assert not isinstance(error.value, snapshot.Damaged)
@@ -110,13 +123,9 @@ def test_a_read_error_is_not_damage_and_moves_nothing(tmp_path, monkeypatch):
     assert epoch_of(path) == 2 and 'a.pt.damaged' not in names(tmp_path)
 
 
-def test_an_earlier_damaged_copy_is_kept(tmp_path, capsys):
-    path = tmp_path / 'a.pt'
+def test_an_earlier_damaged_copy_is_kept(tmp_path, cut_short, capsys):
     (tmp_path / 'a.pt.damaged').write_bytes(b'damaged long ago')
-    save(path, 1)
-    save(path, 2)
-    path.write_bytes(b'cut short')
-    assert snapshot.newest(path, ARGS)['epoch'] == 1
+    assert snapshot.newest(cut_short, ARGS)['epoch'] == 1
     assert (tmp_path / 'a.pt.damaged').read_bytes() == b'damaged long ago'
     assert (tmp_path / 'a.pt.damaged-2').read_bytes() == b'cut short'
     assert '(kept as a.pt.damaged-2)' in capsys.readouterr().out
@@ -127,13 +136,9 @@ class Crash(BaseException):
 
 
 def test_a_crash_inside_the_restore_leaves_a_snapshot_to_resume_from(
-        tmp_path, monkeypatch):
+        tmp_path, cut_short, monkeypatch):
     """C10(b): death between setting the damaged file aside and putting prev back."""
-    path = tmp_path / 'a.pt'
-    save(path, 1)
-    save(path, 2)
-    path.write_bytes(b'cut short')
-    real_replace = files.replace
+    path, real_replace = cut_short, files.replace
 
     def dies_before_path_is_replaced(src, dst):
         if str(dst) == str(path):
@@ -150,11 +155,8 @@ def test_a_crash_inside_the_restore_leaves_a_snapshot_to_resume_from(
     assert 'a.pt.damaged-2' not in names(tmp_path)  # the same damaged file, once
 
 
-def test_after_a_restore_path_and_prev_are_separate_files(tmp_path):
-    path = tmp_path / 'a.pt'
-    save(path, 1)
-    save(path, 2)
-    path.write_bytes(b'cut short')
+def test_after_a_restore_path_and_prev_are_separate_files(cut_short):
+    path = cut_short
     snapshot.newest(path, ARGS)
     assert not os.path.samefile(path, snapshot.previous(path))
     path.write_bytes(b'overwritten in place')  # cp, or a reader's torch.save
@@ -174,11 +176,9 @@ def half_then_fail(obj, f, *args, **kwargs):
 @pytest.mark.parametrize('fails, reason', [(full_disk, 'No space left on device'),
                                            (half_then_fail, 'the write failed')])
 def test_a_failed_write_leaves_the_snapshots_and_no_temporary(
-        tmp_path, monkeypatch, one_process, fails, reason):
+        tmp_path, two_saved, monkeypatch, one_process, fails, reason):
     """C11: a full disk or an I/O error in torch.save: one line, exit, nothing lost."""
-    path = tmp_path / 'a.pt'
-    save(path, 1)
-    save(path, 2)
+    path = two_saved
     monkeypatch.setattr(snapshot.torch, 'save', fails)
     model = models.LeNet()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
@@ -203,18 +203,17 @@ def test_a_save_removes_the_temporaries_of_a_crashed_one(tmp_path):
     assert names(tmp_path) == ['a.pt']
 
 
-def test_a_second_job_on_the_same_snapshot_is_refused(tmp_path):
+def test_a_second_job_on_the_same_snapshot_is_refused(two_saved):
     """C15: another job (another open file description) holds path.lock."""
-    path = tmp_path / 'a.pt'
-    save(path, 1)
+    path = two_saved
     with open(f'{path}.lock', 'a') as other_job:
         fcntl.flock(other_job, fcntl.LOCK_EX | fcntl.LOCK_NB)
         with pytest.raises(snapshot.SnapshotError) as error:
             snapshot.newest(path, ARGS)
     assert str(error.value) == (f'--snapshot {path} is in use by another job: wait for '
                                 'it to end, or pass another --snapshot.')
-    assert snapshot.newest(path, ARGS)['epoch'] == 1  # free again: this job takes it
-    assert snapshot.newest(path, ARGS)['epoch'] == 1  # and holds it, for its lifetime
+    assert snapshot.newest(path, ARGS)['epoch'] == 2  # free again: this job takes it
+    assert snapshot.newest(path, ARGS)['epoch'] == 2  # and holds it, for its lifetime
     with open(f'{path}.lock', 'a') as third_job, pytest.raises(BlockingIOError):
         fcntl.flock(third_job, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
@@ -224,3 +223,104 @@ def test_a_snapshot_in_a_new_folder_is_locked_from_the_start(tmp_path):
     assert snapshot.newest(path, ARGS) is None  # nothing to resume from yet
     with open(f'{path}.lock', 'a') as other_job, pytest.raises(BlockingIOError):
         fcntl.flock(other_job, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_the_previous_snapshot_is_kept_as_prev(tmp_path, two_saved):
+    save(two_saved, 3)
+    assert epoch_of(two_saved) == 3 and epoch_of(snapshot.previous(two_saved)) == 2
+    assert names(tmp_path) == ['a.pt', 'a.pt.prev']
+
+
+def test_without_hard_links_the_previous_snapshot_is_copied(tmp_path, monkeypatch):
+    def no_links(src, dst):
+        raise PermissionError(1, 'Operation not permitted')
+    monkeypatch.setattr(os, 'link', no_links)
+    path = tmp_path / 'a.pt'
+    for epoch in (1, 2):
+        save(path, epoch)
+    assert epoch_of(path) == 2 and epoch_of(snapshot.previous(path)) == 1
+
+
+def test_a_fresh_start_drops_an_earlier_runs_prev(two_saved):
+    path = two_saved
+    path.unlink()  # the reader starts afresh
+    assert snapshot.newest(path, ARGS) is None  # prev is no fallback
+    save(path, 1)
+    assert not snapshot.previous(path).exists()
+
+
+def test_file_and_folder_are_flushed_before_and_after_the_rename(tmp_path, monkeypatch):
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        events.append(('fsync', os.path.basename(os.readlink(f'/proc/self/fd/{fd}'))))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(('replace', os.path.basename(src), os.path.basename(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, 'fsync', fsync)
+    monkeypatch.setattr(os, 'replace', replace)
+    save(tmp_path / 'a.pt', 1)
+    events = [tuple(re.sub(r'\.\w+\.tmp$', '.TMP', name) for name in event)
+              for event in events]  # each save's own temporary name
+    assert events == [('fsync', 'a.pt.TMP'), ('replace', 'a.pt.TMP', 'a.pt'),
+                      ('fsync', tmp_path.name)]
+
+
+def test_a_damaged_newest_snapshot_gives_way_to_the_previous_one(tmp_path, cut_short,
+                                                                 capsys):
+    path = cut_short
+    assert snapshot.newest(path, ARGS)['epoch'] == 1
+    assert capsys.readouterr().out == (
+        f'--snapshot {path} is damaged (kept as a.pt.damaged): resuming from '
+        'a.pt.prev, the snapshot before it\n')
+    assert (tmp_path / 'a.pt.damaged').read_bytes() == b'cut short'
+    assert epoch_of(path) == 1  # the next save keeps this one as prev
+    save(path, 2)
+    assert epoch_of(snapshot.previous(path)) == 1
+
+
+def test_with_no_good_previous_snapshot_the_job_stops_with_one_line(cut_short):
+    path = cut_short
+    snapshot.previous(path).write_bytes(b'also cut')
+    with pytest.raises(snapshot.Damaged) as error:
+        snapshot.newest(path, ARGS)
+    assert str(error.value).startswith(f'--snapshot {path} is damaged')
+    assert path.read_bytes() == b'cut short'  # nothing moved or changed
+
+
+@pytest.mark.parametrize('path, says', [
+    ('/dev/null/x.pt', '--snapshot /dev/null/x.pt: /dev/null is a file, not a folder.'),
+    ('/proc/x/y.pt', '--snapshot /proc/x/y.pt: cannot write in /proc'),
+    ('{tmp}', '--snapshot {tmp} is a folder; it names a file: pass a file path'),
+])
+def test_an_unusable_path_gets_one_line_and_nothing_is_made(tmp_path, path, says):
+    path, says = path.format(tmp=tmp_path), says.format(tmp=tmp_path)
+    with pytest.raises(snapshot.SnapshotError) as error:
+        snapshot.newest(Path(path), ARGS)
+    problem = str(error.value)
+    assert problem.startswith(says) and '\n' not in problem
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_new_folder_is_fine(tmp_path):
+    assert files.unwritable(tmp_path / 'a' / 'b' / 'x.pt', '--snapshot') is None
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_results_file_written_half_leaves_the_previous_one(tmp_path, monkeypatch):
+    """A kill or a full disk mid-write: the old file stays whole, no temporary left."""
+    path, write_text = tmp_path / 'speedup.json', Path.write_text
+    results.save_json(path, {'speedup': 1.9})
+
+    def half_written(self, text):
+        write_text(self, text[:5])
+        raise OSError(28, 'No space left on device')
+    monkeypatch.setattr(Path, 'write_text', half_written)
+    with pytest.raises(OSError):
+        results.save_json(path, {'speedup': 2.0})
+    assert json.loads(path.read_text()) == {'speedup': 1.9}
+    assert os.listdir(tmp_path) == ['speedup.json']

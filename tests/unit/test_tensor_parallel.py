@@ -1,4 +1,4 @@
-"""Chapter 11's split layers against one device, in spawned gloo processes on the CPU."""
+"""Chapter 11's split layers against one device, in spawned gloo processes."""
 import copy
 
 import pytest

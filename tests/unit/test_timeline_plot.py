@@ -2,23 +2,15 @@
 from types import SimpleNamespace
 
 import matplotlib
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
 
-matplotlib.use('Agg')
-from matplotlib import pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-from torch import nn  # noqa: E402
-
-import data_parallel as dp  # noqa: E402
-from data_parallel.figures import plots  # noqa: E402
-from data_parallel.jobs import timeline  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close('all')
+import data_parallel as dp
+from data_parallel.figures import plots
+from data_parallel.jobs import timeline
+from tests.unit.test_figures import close_figures  # noqa: F401 (Agg, figures closed)
 
 
 def span(kind, start, end, name=None):
