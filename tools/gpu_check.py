@@ -50,8 +50,6 @@ class StepFailed(Exception):
     """A step did not do what it should; args: (one-line reason, output or '')."""
 
 
-# --- The machine ---------------------------------------------------------------------
-
 def gpu_count():
     """GPUs that PyTorch can use here (0 when CUDA is unavailable)."""
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -80,14 +78,9 @@ def gpu_info():
             'cuda': torch.version.cuda or 'none', 'driver': driver_version()}
 
 
-# --- Running one step -----------------------------------------------------------------
-
 def run_command(argv, timeout):
-    """Run argv in the repository; return its output, or raise StepFailed.
-
-    It runs in its own session, so that on a timeout every process it started (pytest,
-    the notebooks' kernels, their torchrun jobs) is killed with it.
-    """
+    """Run argv in the repository; return its output, or raise StepFailed."""
+    # its own session: a timeout kills all it started (kernels, torchrun jobs) with it
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
@@ -120,8 +113,6 @@ def run_step(step):
     return Result(step, ok, time.perf_counter() - start, detail, figures, output)
 
 
-# --- The steps ---------------------------------------------------------------------
-
 def fashion_mnist(timeout):
     """The data every later step reads, or one line saying why it cannot be had."""
     try:
@@ -133,7 +124,7 @@ def fashion_mnist(timeout):
 
 
 def unit_tests(timeout):
-    """The tests whose code takes another path on CUDA (marked cuda, tests/conftest.py)."""
+    """Tests marked cuda (tests/conftest.py): their code takes another path on CUDA."""
     out = run_command([sys.executable, '-m', 'pytest', '-q', '-m', 'cuda', 'tests'],
                       timeout)
     return last_line(out), {}, out
@@ -148,16 +139,6 @@ def notebooks(timeout):
                        '--nbval-current-env', '--nbval-sanitize-with',
                        'tests/nbval_sanitize.cfg', *chapters], timeout)
     return last_line(out), {}, out
-
-
-def ddp_job(args, world_size, timeout):
-    """Run train_ddp with torchrun; (its record: rank 0's RESULT line, its stdout)."""
-    command = launch.torchrun_command(args, world_size=world_size)
-    try:
-        out, = launch.launch(command, timeout=timeout)  # kills every process it started
-        return dp.read_result(out), out
-    except RuntimeError as error:  # launch or read_result says why, and the output
-        raise StepFailed(str(error).splitlines()[0], str(error)) from None
 
 
 def check_record(record, world_size, out):
@@ -176,27 +157,19 @@ def check_record(record, world_size, out):
     return accuracy
 
 
-def lenet_ddp(world_size):
-    """Chapter 7's job: LeNet, 3 epochs, global batch ~256, one process per GPU."""
-    batch = max(world_size, 256 // world_size * world_size)  # splits evenly
-
+def ddp_job(args, world_size, what, figure_name):
+    """A step that runs train_ddp under torchrun and checks rank 0's RESULT line."""
     def run(timeout):
-        args = ['--epochs', 3, '--batch-size', batch, '--lr', 0.2]
-        record, out = ddp_job(args, world_size, timeout)
+        command = launch.torchrun_command(args, world_size=world_size)
+        try:
+            out, = launch.launch(command, timeout=timeout)  # kills all it started
+            record = dp.read_result(out)
+        except RuntimeError as error:  # launch or read_result says why, and the output
+            raise StepFailed(str(error).splitlines()[0], str(error)) from None
         accuracy = check_record(record, world_size, out)
-        seconds = record['seconds_per_epoch']
-        detail = f'{world_size} process(es), NCCL, accuracy {accuracy:.3f}'
-        return detail, {'lenet_seconds_per_epoch': seconds}, out
+        return (f'{what}, accuracy {accuracy:.3f}',
+                {figure_name: record['seconds_per_epoch']}, out)
     return run
-
-
-def resnet18(timeout):
-    """ResNet-18, 2 epochs on one GPU, the chapter's batch and learning rate."""
-    args = ['--model', 'resnet18', '--epochs', 2, '--batch-size', 256, '--lr', 0.1]
-    record, out = ddp_job(args, 1, timeout)
-    accuracy = check_record(record, 1, out)
-    return (f'1 GPU, accuracy {accuracy:.3f}',
-            {'resnet18_seconds_per_epoch': record['seconds_per_epoch']}, out)
 
 
 def allreduce(world_size):
@@ -219,17 +192,21 @@ def allreduce(world_size):
 
 def steps_for(num_gpus):
     """The steps for this machine, each with its time limit in seconds."""
+    batch = max(num_gpus, 256 // num_gpus * num_gpus)  # ~256 that splits evenly
+    lenet = ['--epochs', 3, '--batch-size', batch, '--lr', 0.2]  # chapter 7's job
+    resnet = ['--model', 'resnet18', '--epochs', 2, '--batch-size', 256, '--lr', 0.1]
     steps = [Step('data', 'Fashion-MNIST', fashion_mnist, 120),
              Step('unit', 'CUDA-path tests', unit_tests, 360),
              Step('nbval', 'nbval, chapters 1-6', notebooks, 360),
-             Step('ddp', 'chapter 7 DDP, LeNet', lenet_ddp(num_gpus), 180),
-             Step('resnet18', 'ResNet-18, 2 epochs', resnet18, 300)]
+             Step('ddp', 'chapter 7 DDP, LeNet', ddp_job(
+                 lenet, num_gpus, f'{num_gpus} process(es), NCCL',
+                 'lenet_seconds_per_epoch'), 180),
+             Step('resnet18', 'ResNet-18, 2 epochs', ddp_job(
+                 resnet, 1, '1 GPU', 'resnet18_seconds_per_epoch'), 300)]
     if num_gpus >= 2:
         steps.append(Step('allreduce', 'ring vs all_reduce', allreduce(num_gpus), 180))
     return steps
 
-
-# --- Reporting ---------------------------------------------------------------------
 
 def fit(text, width):
     """text cut to width characters (an ellipsis marks the cut)."""
@@ -243,15 +220,14 @@ def step_line(result):
     return head + fit(result.detail, WIDTH - len(head))
 
 
-def figure(results, name, fmt):
+def figure(results, name, fmt='{:.2f} s/epoch'.format):
     """A figure that some step measured, formatted; or why there is none."""
-    for result in results:
-        if name in result.figures:
-            return fmt(result.figures[name])
-    return 'not measured'
+    found = [result.figures[name] for result in results if name in result.figures]
+    return fmt(found[0]) if found else 'not measured'
 
 
 def bandwidth(busbw):
+    """Each algorithm's bus bandwidth, in GB/s."""
     return ', '.join(f'{name} {value / 1e9:.1f} GB/s' for name, value in busbw.items())
 
 
@@ -272,10 +248,8 @@ def summary(info, results, num_gpus):
         rows.append(f"{'ring vs all_reduce':<28}{'skip':<8}{'':>8}  "
                     'needs 2 GPUs or more')
     rows += [rule,
-             f"{'LeNet DDP':<24}" + figure(results, 'lenet_seconds_per_epoch',
-                                           lambda s: f'{s:.2f} s/epoch'),
-             f"{'ResNet-18':<24}" + figure(results, 'resnet18_seconds_per_epoch',
-                                           lambda s: f'{s:.2f} s/epoch'),
+             f"{'LeNet DDP':<24}" + figure(results, 'lenet_seconds_per_epoch'),
+             f"{'ResNet-18':<24}" + figure(results, 'resnet18_seconds_per_epoch'),
              f"{'allreduce bus bandwidth':<24}" + (
                  figure(results, 'busbw', bandwidth) if num_gpus >= 2
                  else 'needs 2 GPUs or more'),

@@ -1,4 +1,5 @@
-""".ci/run: each stage's time printed, and one clear line when the run outgrows its budget.
+""".ci/run: each stage's time printed, one clear line when the run outgrows its budget;
+and the Makefile's plans for CI's setup and test stages.
 
 `make` is replaced by a stand-in on PATH that sleeps for the stage named in FAKE_SLOW
 and logs the targets it was asked for, so the guard is tested in seconds.
@@ -39,23 +40,17 @@ def ci(tmp_path, budget, slow='', fail='', **extra):
     return done.returncode, done.stdout + done.stderr, targets
 
 
-def test_stages_run_in_order_and_print_their_times(tmp_path):
-    rc, out, targets = ci(tmp_path, budget=600)
+def test_stages_run_in_order_in_85_minutes_unless_told_otherwise(tmp_path):
+    """The guard: a slow CI fails at 85 minutes with one line, before CI's hard 90."""
+    rc, out, targets = ci(tmp_path, budget=None)
     assert rc == 0, out
     assert targets == ['-j3 .venv/.installed chromium mathjax', 'slurm', 'test',
                        'mutations', 'browser-check', 'pdf', 'speed']
-    for stage in ('setup', 'slurm', 'make test', 'make mutations', 'make browser-check',
-                  'make pdf', 'make speed'):
-        assert f'ci: {stage} took ' in out, out
-
-
-def test_the_whole_run_has_85_minutes_unless_told_otherwise(tmp_path):
-    """The guard: a slow CI fails at 85 minutes with one line, before CI's hard 90."""
-    rc, out, _ = ci(tmp_path, budget=None)
-    assert rc == 0, out
     times = [line for line in out.splitlines() if line.startswith('ci: ')]
-    assert len(times) == 7 and all(line.endswith(' of the 5100 s budget)')
-                                   for line in times), out
+    assert [line.split(' took ')[0] for line in times] == [f'ci: {stage}' for stage in (
+        'setup', 'slurm', 'make test', 'make mutations', 'make browser-check',
+        'make pdf', 'make speed')], out
+    assert all(line.endswith(' of the 5100 s budget)') for line in times), out
 
 
 @pytest.mark.slow
@@ -93,53 +88,43 @@ def test_a_failing_stage_stops_the_run_with_its_exit_code(tmp_path):
     assert 'FAILED' not in out  # a plain failure is not called a budget overrun
 
 
-def test_setup_installs_chromium_with_one_apt_get_when_both_files_are_missing(
-        tmp_path, make_env):
+def make_plan(make_env, *args):
+    """`make -n ARGS`'s plan, continued lines joined (the test fails if make does)."""
+    plan = subprocess.run(['make', '-n', '--no-print-directory', *args], cwd=ROOT,
+                          env=make_env, capture_output=True, text=True, timeout=60)
+    assert plan.returncode == 0, plan.stderr
+    return plan.stdout.replace('\\\n', ' ')
+
+
+@pytest.mark.parametrize('present, installed', [
+    ((), {'chromium', 'chromium-driver', 'fonts-wqy-microhei'}),
+    (('chromium', 'chromedriver'), {'fonts-wqy-microhei'})],  # CI brings its Chrome
+    ids=['all', 'the font alone'])
+def test_setup_installs_what_is_missing_with_one_apt_get(tmp_path, make_env, present,
+                                                         installed):
     """make -j3's setup: a second apt-get at once fails on apt's lock (seen in CI)."""
-    plan = subprocess.run(['make', '-n', '-j3', 'chromium',
-                           f'CHROMIUM={tmp_path / "chromium"}',
-                           f'CHROMEDRIVER={tmp_path / "chromedriver"}',
-                           f'CJK_FONT={tmp_path / "font.ttc"}'],
-                          cwd=ROOT, env=make_env, capture_output=True, text=True,
-                          timeout=60)
-    assert plan.returncode == 0, plan.stderr
-    assert plan.stdout.count('apt-get install') == 1, plan.stdout
-    assert plan.stdout.count('apt-get update') == 1, plan.stdout
-    words = plan.stdout.replace('\\\n', ' ').split()
-    for package in ('chromium', 'chromium-driver', 'fonts-wqy-microhei'):
-        assert package in words, plan.stdout
-
-
-def test_setup_installs_only_the_missing_font(tmp_path, make_env):
-    """CI brings its own Chrome: apt-get installs the CJK font (book/zh.md) alone."""
-    for name in ('chrome', 'chromedriver'):
+    for name in present:
         (tmp_path / name).write_text('')
-    plan = subprocess.run(['make', '-n', 'chromium', f'CHROMIUM={tmp_path / "chrome"}',
-                           f'CHROMEDRIVER={tmp_path / "chromedriver"}',
-                           f'CJK_FONT={tmp_path / "font.ttc"}'],
-                          cwd=ROOT, env=make_env, capture_output=True, text=True,
-                          timeout=60)
-    assert plan.returncode == 0, plan.stderr
-    words = plan.stdout.replace('\\\n', ' ').split()
-    assert 'fonts-wqy-microhei' in words, plan.stdout
-    assert 'chromium' not in words and 'chromium-driver' not in words, plan.stdout
+    plan = make_plan(make_env, '-j3', 'chromium', f'CHROMIUM={tmp_path / "chromium"}',
+                     f'CHROMEDRIVER={tmp_path / "chromedriver"}',
+                     f'CJK_FONT={tmp_path / "font.ttc"}')
+    assert plan.count('apt-get install') == plan.count('apt-get update') == 1, plan
+    packages = {'chromium', 'chromium-driver', 'fonts-wqy-microhei'}
+    assert packages & set(plan.split()) == installed, plan
 
 
 @pytest.mark.parametrize('target', ['test', 'nbval'])
 def test_every_chapter_runs_once_and_chapter_7_after_chapter_6(target, make_env):
-    """Chapter 7 reads the runs chapter 6 stores: before them it would train both again."""
-    plan = subprocess.run(['make', '-n', '--no-print-directory', target, 'JOBS=2'],
-                          cwd=ROOT, env=make_env, capture_output=True, text=True,
-                          timeout=60)
-    assert plan.returncode == 0, plan.stderr
-    lines = plan.stdout.replace('\\\n', ' ').splitlines()  # join continued lines
-    run, = [line.split() for line in lines if ' pytest ' in line]
+    """Chapter 7 reads the runs chapter 6 stores: before them it would train both."""
+    plan = make_plan(make_env, target, 'JOBS=2')
+    run, = [line.split() for line in plan.splitlines() if ' pytest ' in line]
     named = [word for word in run if word.startswith('book/')]
-    chapters = sorted(f'book/{p.name}' for p in (ROOT / 'book').glob('[0-9][0-9]_*.ipynb'))
-    assert sorted(named) == chapters, plan.stdout
+    chapters = sorted(f'book/{p.name}'
+                      for p in (ROOT / 'book').glob('[0-9][0-9]_*.ipynb'))
+    assert sorted(named) == chapters, plan
     assert named.index('book/06_training.ipynb') < named.index(
-        'book/07_distributed_data_parallel.ipynb'), plan.stdout
-    assert '--dist loadfile' in ' '.join(run), plan.stdout  # conftest.py's scheduler
+        'book/07_distributed_data_parallel.ipynb'), plan
+    assert '--dist loadfile' in ' '.join(run), plan  # conftest.py's scheduler
 
 
 # The unit of work (scope) xdist's scheduler gives each test and cell, under make test's

@@ -2,7 +2,6 @@
 simulated to test its control flow, summary and exit codes; the steps run on a GPU."""
 import json
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -29,10 +28,11 @@ def simulate(monkeypatch, num_gpus, failing=()):
 
     def run_step(step):
         calls.append(step.key)
-        ok = step.key not in failing
-        detail = 'fine' if ok else 'exit code 1: 1 failed, 9 passed'
-        out = '' if ok else 'a traceback\nE   assert 1 == 2\n1 failed, 9 passed'
-        return gpu_check.Result(step, ok, 1.5, detail, FIGURES.get(step.key, {}), out)
+        if step.key not in failing:
+            figures = FIGURES.get(step.key, {})
+            return gpu_check.Result(step, True, 1.5, 'fine', figures, '')
+        return gpu_check.Result(step, False, 1.5, 'exit code 1: ' + 'x' * 300, {},
+                                'a traceback\nE   assert 1 == 2\n1 failed, 9 passed')
     monkeypatch.setattr(gpu_check, 'gpu_count', lambda: num_gpus)
     monkeypatch.setattr(gpu_check, 'gpu_info', lambda: INFO)
     monkeypatch.setattr(gpu_check, 'run_step', run_step)
@@ -40,15 +40,11 @@ def simulate(monkeypatch, num_gpus, failing=()):
 
 
 @pytest.mark.parametrize('argv, num_gpus, code, stream, pattern', [
-    ([], None, 0, 'out', '^No GPU'),  # this machine, unpatched (skipped on a GPU)
-    ([], 0, 0, 'out', '^No GPU'),
-    (['--fast'], 2, 2, 'err', 'takes no arguments.*make gpu-check'),
-    (['tests', 'book'], 2, 2, 'err', 'takes no arguments.*make gpu-check')])
+    ([], 0, 0, 'out', '^No GPU'),  # tests/jobs/test_bad_input_programs.py: unpatched
+    (['--fast'], 2, 2, 'err', 'takes no arguments.*make gpu-check')])
 def test_no_gpu_or_arguments_end_it_in_one_line(monkeypatch, capsys, argv, num_gpus,
                                                 code, stream, pattern):
-    if num_gpus is None and gpu_check.gpu_count():
-        pytest.skip('this machine has a GPU')
-    calls = [] if num_gpus is None else simulate(monkeypatch, num_gpus)
+    calls = simulate(monkeypatch, num_gpus)
     monkeypatch.setattr(gpu_check, 'gpu_info', lambda: pytest.fail('asked the GPU'))
     assert gpu_check.main(argv) == code and calls == []
     line, = getattr(capsys.readouterr(), stream).splitlines()
@@ -59,27 +55,19 @@ def test_no_gpu_or_arguments_end_it_in_one_line(monkeypatch, capsys, argv, num_g
     (2, (), 0, STEPS, ['1.23 s/epoch', '12.50 s/epoch', 'torch 180.2 GB/s',
                        'ring 90.5 GB/s', 'all 6 steps passed']),
     (1, (), 0, STEPS[:5], ['needs 2 GPUs or more', 'all 5 steps passed']),
-    (4, {'nbval'}, 1, STEPS, ['FAIL  nbval, chapters 1-6', 'E   assert 1 == 2',
-                              '1 of 6 steps failed: nbval, chapters 1-6',
-                              '1 failed, 9 passed'])],
-    ids=['2 GPUs', '1 GPU', 'nbval fails, every step runs'])
+    (4, {'nbval', 'resnet18'}, 1, STEPS, [
+        'FAIL  nbval, chapters 1-6', 'E   assert 1 == 2', 'xxx...', 'not measured',
+        '2 of 6 steps failed: nbval, chapters 1-6, ResNet-18, 2 epochs',
+        '1 failed, 9 passed'])],
+    ids=['2 GPUs', '1 GPU', 'two fail, every step runs'])
 def test_summary_and_exit_code(monkeypatch, capsys, num_gpus, failing, code, ran, said):
-    """A line per step as it ends, a summary, and a failed step's end of output last."""
+    """A line per step as it ends, a summary that fits, a failed step's output last."""
     calls = simulate(monkeypatch, num_gpus, failing)
     assert gpu_check.main([]) == code and calls == ran
     lines = capsys.readouterr().out.splitlines()
     assert len([s for s in lines if s.startswith(('pass', 'FAIL'))]) == len(ran)
     assert lines[-1] == said[-1] and all(len(line) <= 88 for line in lines)
     assert [s for s in [*INFO.values(), *said] if s not in '\n'.join(lines)] == []
-
-
-def test_summary_lines_fit_even_with_long_details():
-    step = gpu_check.Step('unit', 'unit tests on CUDA', None, 1)
-    result = gpu_check.Result(step, False, 12.0, 'x' * 300, {}, '')
-    lines = gpu_check.summary(INFO, [result], num_gpus=1)
-    assert all(len(line) <= 88 for line in [*lines, gpu_check.step_line(result)])
-    assert any(line.endswith('...') for line in lines)
-    assert 'not measured' in '\n'.join(lines)  # no figure from a failed step
 
 
 def test_running_a_step_turns_each_failure_into_a_result():
@@ -115,7 +103,13 @@ def test_ddp_record_must_be_nccl_on_distinct_gpus(bad):
         gpu_check.check_record({**GOOD_RECORD, **bad}, 2, '')
 
 
-def test_ddp_step_reads_the_jobs_result_line_and_fails_without(monkeypatch):
+def step(key, num_gpus=2):
+    """The run function of the step called key, on num_gpus GPUs."""
+    found, = [s.run for s in gpu_check.steps_for(num_gpus) if s.key == key]
+    return found
+
+
+def test_ddp_steps_read_the_jobs_result_line_and_fail_without(monkeypatch):
     stdout = f'epoch 3: test accuracy 0.700, 1.5 s\nRESULT {json.dumps(GOOD_RECORD)}\n'
     commands = []
 
@@ -123,7 +117,7 @@ def test_ddp_step_reads_the_jobs_result_line_and_fails_without(monkeypatch):
         commands.extend(cmds)
         return [stdout for _ in cmds]  # each job prints stdout, as it is then
     monkeypatch.setattr(gpu_check.launch, 'launch', launch)
-    detail, figures, output = gpu_check.lenet_ddp(2)(timeout=60)
+    detail, figures, output = step('ddp')(timeout=60)
     (env, argv), = commands
     assert '--nproc-per-node=2' in argv and '--result' not in argv  # RESULT: stdout
     assert argv[argv.index('-m', 3) + 1] == 'data_parallel.train_ddp'
@@ -132,7 +126,7 @@ def test_ddp_step_reads_the_jobs_result_line_and_fails_without(monkeypatch):
     assert figures == {'lenet_seconds_per_epoch': 1.5} and output == stdout
     stdout = 'epoch 1: test accuracy 0.700\n'  # and no RESULT line
     with pytest.raises(gpu_check.StepFailed) as failure:
-        gpu_check.resnet18(timeout=60)
+        step('resnet18')(timeout=60)
     reason, output = failure.value.args
     assert reason == 'torchrun printed no RESULT line:' and 'epoch 1' in output
 
@@ -156,33 +150,23 @@ def test_allreduce_step_runs_perf_workers_on_every_gpu(monkeypatch):
             gpu_check.allreduce(4)(timeout=60)
 
 
-@pytest.mark.skipif(not shutil.which('make'), reason='needs make')
-def test_make_target_runs_the_script_with_the_venv_python(tmp_path, make_env):
-    venv = tmp_path / 'venv'  # a venv path that does not exist: -n only prints
-    out = subprocess.run(['make', '-n', '--no-print-directory', 'gpu-check',
-                          f'VENV={venv}'], cwd=ROOT, env=make_env, capture_output=True,
-                         text=True, timeout=60).stdout
-    assert out.splitlines()[-1] == f'{venv}/bin/python tools/gpu_check.py'
-
-
 def test_data_and_unit_steps(monkeypatch):
     """Data: both sets, or one line why not; unit: the tests marked cuda, not all."""
     read = []
     monkeypatch.setattr(dp, 'read_fashion_mnist',
                         lambda train, root=None: read.append(train))
-    result = gpu_check.run_step(gpu_check.steps_for(2)[0])
-    assert result.ok and read == [True, False]
+    assert step('data')(timeout=60)[0].startswith('in ') and read == [True, False]
 
     def unavailable(train, root=None):
         raise dp.DataUnavailableError('not in /nowhere: set MULTIGPU_DATA')
     monkeypatch.setattr(dp, 'read_fashion_mnist', unavailable)
-    result = gpu_check.run_step(gpu_check.steps_for(1)[0])
-    assert not result.ok and result.step.key == 'data'
-    assert result.detail == 'not in /nowhere: set MULTIGPU_DATA'
+    with pytest.raises(gpu_check.StepFailed) as failure:
+        step('data', num_gpus=1)(timeout=60)
+    assert failure.value.args[0] == 'not in /nowhere: set MULTIGPU_DATA'
     commands = []  # all of them serially would take far longer than the step's limit
     monkeypatch.setattr(gpu_check, 'run_command',
                         lambda argv, timeout: commands.append(argv) or '3 passed')
-    gpu_check.unit_tests(360)
+    step('unit')(timeout=360)
     assert [argv[-3:] for argv in commands] == [['-m', 'cuda', 'tests']]
 
 

@@ -1,5 +1,5 @@
-"""pyproject.toml's floors are the ones the code needs: what `pip install` of the package
-promises (Colab, a download) must hold on the oldest Python and torch it accepts."""
+"""pyproject.toml's floors are the ones the code needs: what `pip install` promises
+(Colab, a download) must hold on the oldest Python and torch it accepts."""
 import re
 import tomllib
 
@@ -45,8 +45,8 @@ def test_torchvision_floor_is_the_release_made_with_the_torch_floor():
 
 
 def test_the_pins_of_requirements_satisfy_the_floors():
-    pins = dict(re.findall(r'^([\w-]+)==(\S+)$', (ROOT / 'requirements.txt').read_text(),
-                           re.MULTILINE))
+    text = (ROOT / 'requirements.txt').read_text()
+    pins = dict(re.findall(r'^([\w-]+)==(\S+)$', text, re.MULTILINE))
     assert pins['torchvision'].split('.')[1] == str(
         int(pins['torch'].split('.')[1]) + 15)  # the same pairing as the floors
     for requirement in map(Requirement, PROJECT['dependencies']):

@@ -1,6 +1,7 @@
-"""How a version reaches readers: release.yml, tools/release.py in small repositories,
-and a rehearsal: release.py tags and pushes to a bare repository in GitHub's place, and
-a reader copy's first cell installs the package from that tag."""
+"""How a version reaches readers: tools/release.py in small repositories, and a
+rehearsal: release.py tags and pushes to a bare repository in GitHub's place, and a
+reader copy's first cell installs the package from that tag. (The workflow that runs
+it, release.yml, is checked with the others in test_workflows.py.)"""
 import json
 import os
 import re
@@ -11,9 +12,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
-import yaml
 
 import data_parallel as dp
+from tests.repo.test_workflows import index, load, steps
 from tools import release
 
 ROOT = dp.repo_root()
@@ -22,77 +23,6 @@ SAME = (0, 'release: v0.3.0 is tagged and the package is unchanged: nothing to r
 CHANGED = (1, 'release: the package changed since v0.3.0 without a new version: bump '
               'version in pyproject.toml')
 PUSHED = 'release: tagged {} at HEAD and pushed it to origin'
-
-
-def load(name='release.yml'):
-    """A workflow, parsed; PyYAML reads the key `on` as True, so map it back."""
-    doc = yaml.safe_load((ROOT / '.github' / 'workflows' / name).read_text())
-    doc['on'] = doc.pop(True, doc.get('on'))
-    return doc
-
-
-def step(doc, text):
-    """The one step of the job whose `uses` or `run` mentions text."""
-    job, = doc['jobs'].values()
-    found = [s for s in job['steps'] if text in s.get('uses', '') + s.get('run', '')]
-    assert len(found) == 1, f'release.yml: {len(found)} steps mention {text}'
-    return found[0]
-
-
-def check_release_workflow(doc):
-    """After ci passes on a push to main, with the tags, it runs release.py --push."""
-    assert doc['on'] == {'workflow_run': {'workflows': ['ci'], 'types': ['completed'],
-                                          'branches': ['main']}}, doc['on']
-    assert load('ci.yml')['name'] == 'ci'
-    assert doc['permissions'] == {'contents': 'write'}  # the tag, nothing more
-    job, = doc['jobs'].values()
-    condition = ' '.join(job['if'].split())
-    for needed in ("conclusion == 'success'", "event == 'push'"):
-        assert f'github.event.workflow_run.{needed}' in condition, condition
-    assert job['timeout-minutes'] > 0
-    checkout, python, tag = (step(doc, text) for text in (
-        'actions/checkout', 'actions/setup-python', 'tools/release.py'))
-    # pinned by commit, as every workflow is (tests/repo/test_workflows.py)
-    assert re.fullmatch(r'actions/checkout@[0-9a-f]{40}', checkout['uses'])
-    assert checkout['with']['ref'] == '${{ github.event.workflow_run.head_sha }}'
-    assert checkout['with']['fetch-depth'] == 0 and checkout['with']['fetch-tags']
-    assert re.fullmatch(r'actions/setup-python@[0-9a-f]{40}', python['uses'])
-    assert python['with']['python-version'] == '3.11'
-    assert tag['run'] == 'python tools/release.py --push origin'
-    assert {'GIT_COMMITTER_NAME', 'GIT_COMMITTER_EMAIL'} <= set(tag.get('env', {}))
-    order = [job['steps'].index(s) for s in (checkout, python, tag)]
-    assert order == sorted(order), order
-
-
-def test_release_workflow_tags_after_the_tests_pass_on_main():
-    check_release_workflow(load())
-
-
-MUTATIONS = {
-    'on every push': lambda d: d.update(on={'push': None}),
-    'after any workflow': lambda d: d['on']['workflow_run'].update(workflows=['pages']),
-    'from any branch': lambda d: d['on']['workflow_run'].pop('branches'),
-    'even when ci failed': lambda d: d['jobs']['tag'].update(
-        {'if': "github.event.workflow_run.event == 'push'"}),
-    'read-only': lambda d: d.update(permissions={'contents': 'read'}),
-    'more rights': lambda d: d['permissions'].update({'pull-requests': 'write'}),
-    'not the tested commit': lambda d: step(d, 'checkout')['with'].pop('ref'),
-    'no tags': lambda d: step(d, 'checkout')['with'].update({'fetch-depth': 1}),
-    'no push': lambda d: step(d, 'release').update(run='python tools/release.py'),
-    'checkout@main': lambda d: step(d, 'checkout').update(uses='actions/checkout@main'),
-    'no tagger': lambda d: step(d, 'release').pop('env'),
-}
-
-
-@pytest.mark.parametrize('name', MUTATIONS)
-def test_release_workflow_check_fails_on_a_broken_copy(name):
-    doc = load()
-    MUTATIONS[name](doc)
-    with pytest.raises((AssertionError, KeyError, TypeError, ValueError)):
-        check_release_workflow(doc)
-
-
-# --- tools/release.py in small repositories ------------------------------------------
 
 # os.environ without this machine's git configuration, and with a committer
 GIT_ENV = {**{k: v for k, v in os.environ.items() if not k.startswith('GIT_')},
@@ -163,17 +93,7 @@ def test_a_version_is_tagged_once_and_keeps_its_package(repo, path, text, said):
     assert git(repo.parent / 'origin.git', 'tag', '--list') == 'v0.3.0\nv0.3.1'
 
 
-def test_release_refuses_a_version_that_is_not_newer(repo):
-    commit(repo, version='0.10.0')
-    assert run(repo) == (
-        0, 'release: tagged v0.10.0 at HEAD (not pushed: --push REMOTE pushes it)')
-    commit(repo, version='0.9.9')  # older than 0.10.0 (numbers, not text)
-    assert run(repo) == (1, 'release: version 0.9.9 is not newer than the tag v0.10.0: '
-                            'bump version in pyproject.toml')
-    assert git(repo, 'tag', '--list') == 'v0.10.0'
-
-
-def test_release_says_what_is_wrong_in_one_line(repo, tmp_path):
+def test_release_refuses_in_one_line_that_says_why(repo, tmp_path):
     def fails(where, *args):
         status, line = run(where, *args)
         assert status == 1 and '\n' not in line and 'Traceback' not in line, line
@@ -185,7 +105,14 @@ def test_release_says_what_is_wrong_in_one_line(repo, tmp_path):
     git(tmp_path, 'clone', '-q', '--depth', '1', f'file://{repo}', 'shallow')
     assert 'shallow clone' in fails(tmp_path / 'shallow')
     assert fails(repo, '--push', 'nowhere').startswith(
-        'release: could not push v0.3.0 to nowhere: ')  # and deletes the tag, below
+        'release: could not push v0.3.0 to nowhere: ')
+    assert git(repo, 'tag', '--list') == ''  # no local tag that GitHub lacks
+    commit(repo, version='0.10.0')
+    assert run(repo) == (
+        0, 'release: tagged v0.10.0 at HEAD (not pushed: --push REMOTE pushes it)')
+    commit(repo, version='0.9.9')  # older than 0.10.0 (numbers, not text)
+    assert fails(repo) == ('release: version 0.9.9 is not newer than the tag v0.10.0: '
+                           'bump version in pyproject.toml')
     commit(repo, version='1.0')
     assert fails(repo) == "release: pyproject.toml: version '1.0' is not X.Y.Z"
     commit(repo, {'pyproject.toml': '[project\n'})
@@ -193,7 +120,7 @@ def test_release_says_what_is_wrong_in_one_line(repo, tmp_path):
     (repo / 'pyproject.toml').unlink()
     commit(repo)
     assert fails(repo) == 'release: no pyproject.toml in HEAD'
-    assert git(repo, 'tag', '--list') == ''  # no local tag that GitHub lacks
+    assert git(repo, 'tag', '--list') == 'v0.10.0'  # no failure tagged anything
 
 
 # --- The rehearsal: GitHub is a bare repository, the reader an empty environment -----
@@ -233,8 +160,9 @@ def test_rehearsal_a_tag_reaches_a_reader(repo, tmp_path):
                   if (ROOT / name).is_file()})
     github = tmp_path / 'origin.git'
     # release.yml's step, with only the committer its env names
-    env = {key: value for key, value in {**GIT_ENV, **step(load(), 'release')['env']}
-           .items() if 'AUTHOR' not in key}
+    workflow = load('release.yml')
+    committer = steps(workflow)[index(workflow, 'run', 'tools/release.py')]['env']
+    env = {k: v for k, v in {**GIT_ENV, **committer}.items() if 'AUTHOR' not in k}
     version = tomllib.loads((ROOT / 'pyproject.toml').read_text())['project']['version']
     assert run(repo, '--push', 'origin', env=env) == (0, PUSHED.format(f'v{version}'))
     assert git(github, 'cat-file', '-t', f'v{version}') == 'tag'

@@ -1,16 +1,16 @@
 """The speed tools of `make speed` (tools/benchmark.py: chapters 6 to 8's claims;
 tools/wire_benchmark.py: chapter 10's) without their jobs: the measurements are
 replaced by made-up ones, so their flags, their tables of met and MISSED claims and
---check's exit status are tested here in seconds."""
+--check's exit status are tested here in seconds; and the make targets that run the
+tools (and tools/gpu_check.py)."""
 import shutil
-import subprocess
 
 import pytest
 
 import data_parallel as dp
+from tests.repo.test_ci_run import make_plan
 from tools import benchmark, wire_benchmark
 
-ROOT = dp.repo_root()
 BATCH = 256
 N = 1_863_690  # values of the 2 x 1024 MLP
 COMPUTE = 0.080  # seconds per step under no_sync()
@@ -234,37 +234,34 @@ def test_wire_break_even_rate_is_where_the_allreduce_takes_the_compute_time():
     assert dp.step_seconds(COMPUTE, N, 2, rate / 8 / 2) == pytest.approx(2 * COMPUTE)
 
 
-def test_speedups_are_not_claimed_without_a_cpu_core_per_device(run):
+@pytest.mark.parametrize('changed, status, claims, rows', [
     # on GPUs, or with fewer cores than devices, the chapters claim no speed-up
-    status, out = run(benchmark, one_core_each=False, ddp=1.0, threads=1.0, loop=1.9)
-    rows = table(out)
-    assert status == 0 and '4 of 4 claims met' in out.splitlines()
-    for name, ratio in (('DDP (gloo, processes)', 1.0),
-                        ('improved from-scratch loop (threads)', 1.0),
-                        ("article's loop (one device after the other)", 1.9)):
-        assert rows[name] == (ratio, '(CPU cores only)', '')
-
-
-def test_nccls_ring_is_held_to_its_own_floor(run):
+    ({'ddp': 1.0, 'threads': 1.0, 'loop': 1.9}, 0, '4 of 4 claims met', {
+        'DDP (gloo, processes)': (1.0, '(CPU cores only)', ''),
+        'improved from-scratch loop (threads)': (1.0, '(CPU cores only)', ''),
+        "article's loop (one device after the other)": (1.9, '(CPU cores only)', '')}),
     # launch-bound on GPUs: 0.05, where gloo's bandwidth-bound ring is held to 0.25
-    status, out = run(benchmark, one_core_each=False, backend='nccl',
-                      ring={2: 0.1, 4: 0.04})
-    rows = table(out)
-    assert rows['ring from scratch, k = 2'] == (0.1, '> 0.05', 'met')
-    assert rows['ring from scratch, k = 4'] == (0.04, '> 0.05', 'MISSED')
-    assert status == 1
+    ({'backend': 'nccl', 'ring': {2: 0.1, 4: 0.04}}, 1, '3 of 4 claims met', {
+        'ring from scratch, k = 2': (0.1, '> 0.05', 'met'),
+        'ring from scratch, k = 4': (0.04, '> 0.05', 'MISSED')})],
+    ids=['no speed-ups claimed', "NCCL's ring floor"])
+def test_without_a_cpu_core_per_device(run, changed, status, claims, rows):
+    said, out = run(benchmark, one_core_each=False, **changed)
+    assert said == status and claims in out.splitlines()
+    assert {name: table(out)[name] for name in rows} == rows
 
 
 @pytest.mark.skipif(not shutil.which('make'), reason='needs make')
-@pytest.mark.parametrize('target, flags', [('benchmark', ''), ('speed', ' --check')])
-def test_make_runs_both_benchmarks(tmp_path, make_env, target, flags):
+@pytest.mark.parametrize('target, commands', [
+    ('gpu-check', ['python tools/gpu_check.py']),
+    ('benchmark', ['python -m tools.benchmark', 'python -m tools.wire_benchmark']),
+    ('speed', ['python -m tools.benchmark --check',
+               'python -m tools.wire_benchmark --check'])])
+def test_make_target_runs_the_tools_with_the_venv_python(tmp_path, make_env, target,
+                                                         commands):
     venv = tmp_path / 'venv'  # a venv path that does not exist: -n only prints
-    out = subprocess.run(['make', '-n', '--no-print-directory', target,
-                          f'VENV={venv}'], cwd=ROOT, env=make_env, capture_output=True,
-                         text=True, timeout=60).stdout
-    python = f'{venv}/bin/python -m tools'
-    assert out.splitlines()[-2:] == [f'{python}.benchmark{flags}',
-                                     f'{python}.wire_benchmark{flags}']
+    plan = make_plan(make_env, target, f'VENV={venv}').splitlines()
+    assert plan[-len(commands):] == [f'{venv}/bin/{command}' for command in commands]
 
 
 @pytest.mark.parametrize('compute, bound', [(0.1, N * 4 / 12.5e6), (0.9, 0.9)],

@@ -14,6 +14,7 @@ import torch
 import yaml
 
 import data_parallel as dp
+from tests.repo.test_ci_run import make_plan
 from tools import reader_copies
 
 ROOT = dp.repo_root()
@@ -56,11 +57,8 @@ def test_workflow_has_jobs_pins_its_actions_and_only_pages_yml_deploys(name):
 
 def test_torch_index_installs_the_pinned_cpu_wheels_first(make_env):
     """Torch at requirements.txt's pins from TORCH_INDEX, before requirements.txt."""
-    plan = subprocess.run(['make', '-n', '-B', '--no-print-directory', '-f',
-                           str(ROOT / 'Makefile'), '.venv/.installed',
-                           f'TORCH_INDEX={CPU_WHEELS}'], cwd=ROOT, env=make_env,
-                          capture_output=True, text=True, timeout=60, check=True)
-    lines = plan.stdout.splitlines()
+    plan = make_plan(make_env, '-B', '.venv/.installed', f'TORCH_INDEX={CPU_WHEELS}')
+    lines = plan.splitlines()
     first = next(i for i, s in enumerate(lines) if f'--index-url {CPU_WHEELS}' in s)
     assert "grep -E '^torch(vision)?==' requirements.txt" in lines[first]
     assert first < next(i for i, s in enumerate(lines) if '-r requirements.txt' in s)
@@ -114,7 +112,7 @@ def test_workflows_pass_actionlint_which_finds_a_broken_one(tmp_path):
 
 
 def steps(doc):
-    """The steps of the workflow's only job (gpu.yml)."""
+    """The steps of the workflow's only job (gpu.yml, release.yml)."""
     job, = doc['jobs'].values()
     return job['steps']
 
@@ -128,7 +126,7 @@ def uses(doc, action):
 def index(doc, key, pattern):
     """Position of the first step whose key (run, uses, name) matches the regex."""
     found = [i for i, s in enumerate(steps(doc)) if re.search(pattern, s.get(key, ''))]
-    assert found, f'gpu.yml has no step whose {key} matches {pattern!r}'
+    assert found, f"{doc['name']} has no step whose {key} matches {pattern!r}"
     return found[0]
 
 
@@ -186,8 +184,7 @@ def check_pages(doc, **_):
     needs = deploy.get('needs')
     assert built_by and built_by[0] in [needs] + list(needs or []), (built_by, needs)
     assert all(job.get('timeout-minutes', 0) > 0 for job in doc['jobs'].values())
-    # the whole book as one PDF, beside the HTML it was built with, where the intro
-    # links it
+    # the whole book as one PDF, beside its HTML, where the intro links it
     build = doc['jobs'][built_by[0]]['steps']
     runs = [step.get('run', '') for step in build]
     pdf = [i for i, run in enumerate(runs) if re.match(r'make pdf(\s|$)', run)]
@@ -198,6 +195,29 @@ def check_pages(doc, **_):
         f"${{{{ steps.{chrome['id']}.outputs.chrome-path }}}}", build[pdf[0]]
     link = f'({reader_copies.book_url()}book.pdf)'
     assert link in (ROOT / 'book' / 'intro.md').read_text(), f'the intro lacks {link}'
+
+
+def check_release(doc, **_):
+    """After ci passes on a push to main, with the tags, it runs release.py --push."""
+    assert doc['on'] == {'workflow_run': {'workflows': ['ci'], 'types': ['completed'],
+                                          'branches': ['main']}}, doc['on']
+    assert load('ci.yml')['name'] == 'ci'
+    assert doc['permissions'] == {'contents': 'write'}  # the tag, nothing more
+    job, = doc['jobs'].values()
+    condition = ' '.join(job['if'].split())
+    for needed in ("conclusion == 'success'", "event == 'push'"):
+        assert f'github.event.workflow_run.{needed}' in condition, condition
+    assert job['timeout-minutes'] > 0
+    checkout, = uses(doc, 'actions/checkout')
+    python, = uses(doc, 'actions/setup-python')
+    tag = steps(doc)[index(doc, 'run', 'tools/release.py')]
+    assert checkout['with']['ref'] == '${{ github.event.workflow_run.head_sha }}'
+    assert checkout['with']['fetch-depth'] == 0 and checkout['with']['fetch-tags']
+    assert python['with']['python-version'] == '3.11'
+    assert tag['run'] == 'python tools/release.py --push origin'
+    assert {'GIT_COMMITTER_NAME', 'GIT_COMMITTER_EMAIL'} <= set(tag.get('env', {}))
+    order = [job['steps'].index(s) for s in (checkout, python, tag)]
+    assert order == sorted(order), order
 
 
 def check_runner_safety(doc, **_):
@@ -362,10 +382,10 @@ def check_order(doc, **_):
             in condition, condition
 
 
-CHECKS = {check_ci: 'ci.yml', check_pages: 'pages.yml', **dict.fromkeys(
-    [check_runner_safety, check_only_mains_gpu_yml,
-     check_venv_and_data_outside_the_workspace, check_preflight, check_cuda_step,
-     check_order], 'gpu.yml')}
+CHECKS = {check_ci: 'ci.yml', check_pages: 'pages.yml', check_release: 'release.yml',
+          **dict.fromkeys([check_runner_safety, check_only_mains_gpu_yml,
+                           check_venv_and_data_outside_the_workspace, check_preflight,
+                           check_cuda_step, check_order], 'gpu.yml')}
 
 
 @pytest.mark.parametrize('check', CHECKS, ids=lambda c: c.__name__[len('check_'):])
@@ -436,6 +456,20 @@ MUTATIONS = {check_ci: {  # the check that must fail: {what is broken: how}
     'the PDF after the upload': lambda d: d['jobs']['build']['steps'].append(
         drop_pages_step('make pdf')(d)),
     'apt chromium for the PDF': lambda d: pages_step(d, 'make pdf').pop('env'),
+}, check_release: {
+    'on every push': lambda d: d.update(on={'push': None}),
+    'after any workflow': lambda d: d['on']['workflow_run'].update(workflows=['pages']),
+    'from any branch': lambda d: d['on']['workflow_run'].pop('branches'),
+    'even when ci failed': lambda d: d['jobs']['tag'].update(
+        {'if': "github.event.workflow_run.event == 'push'"}),
+    'read-only': lambda d: d.update(permissions={'contents': 'read'}),
+    'more rights': lambda d: d['permissions'].update({'pull-requests': 'write'}),
+    'not the tested commit': lambda d: uses(d, 'actions/checkout')[0]['with'].pop(
+        'ref'),
+    'no tags': lambda d: uses(d, 'actions/checkout')[0]['with'].update(
+        {'fetch-depth': 1}),
+    'no push': edit_run(' --push origin', ''),
+    'no tagger': lambda d: steps(d)[index(d, 'run', 'release.py')].pop('env'),
 }, check_runner_safety: {
     'a nightly schedule': lambda d: d['on'].update(schedule=[{'cron': '17 3 * * *'}]),
     'pull requests': lambda d: d['on'].update(pull_request_target=None),
@@ -477,7 +511,8 @@ BROKEN = {f'{check.__name__[len("check_"):]}: {name}': (check, mutate)
           for check, table in MUTATIONS.items() for name, mutate in table.items()}
 # What a failing check may raise; gpu.yml's checks all say why in an assert.
 RAISES = {'ci.yml': (AssertionError, StopIteration, ValueError),
-          'pages.yml': (AssertionError, KeyError, TypeError), 'gpu.yml': AssertionError}
+          'pages.yml': (AssertionError, KeyError, TypeError), 'gpu.yml': AssertionError,
+          'release.yml': (AssertionError, KeyError, TypeError, ValueError)}
 
 
 @pytest.mark.parametrize('name', BROKEN)
