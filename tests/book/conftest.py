@@ -4,17 +4,16 @@ import sys
 
 import pytest
 
-import data_parallel as dp
-
-ROOT = dp.repo_root()
+from tests.book.chapters import ROOT
 
 
 @pytest.fixture(scope='session')
 def wheel(tmp_path_factory):
     """A wheel of the project, built offline."""
     out = tmp_path_factory.mktemp('wheel')
-    subprocess.run([sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--no-build-isolation',
-                    '-q', '-w', str(out), str(ROOT)], check=True, timeout=300)
+    subprocess.run([sys.executable, '-m', 'pip', 'wheel', '--no-deps',
+                    '--no-build-isolation', '-q', '-w', str(out), str(ROOT)],
+                   check=True, timeout=300)
     built, = out.glob('multigpu_book-*.whl')
     return built
 
@@ -23,7 +22,8 @@ def wheel(tmp_path_factory):
 def site(tmp_path_factory, wheel):
     """The wheel installed into an empty folder (torch and friends come from .venv)."""
     target = tmp_path_factory.mktemp('site')
-    subprocess.run([sys.executable, '-m', 'pip', 'install', '--no-deps', '-q', '--target',
-                    str(target), str(wheel)], check=True, timeout=300)
+    subprocess.run([sys.executable, '-m', 'pip', 'install', '--no-deps', '-q',
+                    '--target', str(target), str(wheel)], check=True, timeout=300)
     assert (target / 'data_parallel' / 'train_ddp.py').exists()
     return target
+

@@ -1,13 +1,11 @@
-"""make execute stores each cell as it looked when done: lines printed one by one while
-it ran are one block of output, not one per flush."""
-
+"""make execute (tools/execute_notebooks.py) stores each cell as it looked when done,
+and a chapter whole, or not at all."""
 import os
 import types
 
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
-
 
 from tools import execute_notebooks
 
@@ -22,6 +20,7 @@ print('done')'''
 
 @pytest.mark.slow  # starts a kernel
 def test_lines_printed_while_running_are_stored_as_one_output(tmp_path):
+    """One block of output, not one per flush."""
     path = tmp_path / 'live.ipynb'
     nbformat.write(new_notebook(cells=[new_code_cell(LIVE)]), path)
     execute_notebooks.execute(path)
@@ -50,9 +49,8 @@ def test_a_notebook_written_half_leaves_the_chapter_as_it_was(tmp_path, monkeypa
     assert path.read_bytes() == before and os.listdir(tmp_path) == ['chapter.ipynb']
 
 
-def test_a_chapter_that_glues_nan_is_not_saved_and_says_which(tmp_path,
-                                                            monkeypatch):
-    """Chapter 10 without a throttled wire: "nan ms" must not reach the published page."""
+def test_a_chapter_that_glues_nan_is_not_saved_and_says_which(tmp_path, monkeypatch):
+    """Chapter 10 without a throttled wire: "nan ms" must not reach the book."""
     path = tmp_path / 'chapter.ipynb'
     cell = new_code_cell('glue')
     nbformat.write(new_notebook(cells=[cell]), path)
@@ -68,7 +66,7 @@ def test_a_chapter_that_glues_nan_is_not_saved_and_says_which(tmp_path,
     monkeypatch.setattr(execute_notebooks, 'NotebookClient', run)
     with pytest.raises(SystemExit) as stop:
         execute_notebooks.main([str(path)])
-    assert str(stop.value) == (f'{path}: not saved, 1 value(s) the text quotes were not '
-                               'measured here (wall_ms); the chapter says what it needs '
-                               'in its first cells')
+    assert str(stop.value) == (
+        f'{path}: not saved, 1 value(s) the text quotes were not measured here '
+        '(wall_ms); the chapter says what it needs in its first cells')
     assert path.read_bytes() == before

@@ -1,32 +1,27 @@
 """Every glue key a chapter's text uses is glued on every path through its code.
 
-A chapter's prose takes machine-dependent numbers and phrases from myst-nb's glue
-({glue:text}`name`); `make book` (strict, -W) fails on a key that the stored outputs
-lack. A key glued only on one branch (only on a CPU, only under gloo) is published fine
-from a CPU build and breaks the build after `make execute` on GPUs. So this test reads
-the code cells' syntax, not their outputs: a glue call counts only where it runs
-whatever the machine:
-- a statement of the cell, or of the body of a for/while/with (assumed to run at least
-  once) that no continue or break before it can skip;
-- inside an `if`, only when every branch (the else too) glues the same key;
-- inside a try, only when the body and every handler glue it; a `finally` always runs;
-- never inside a function definition or a comprehension (they may not run).
-A key built by an f-string (f'sent_{net}_{k}') matches any text key of its shape. A
-loop over data glues whatever the data holds: a cell like chapter 9's, which fills the
-data on some machines only, needs a hidden check that every key is there (chapter 9
-asserts len(sent) == 8); this test cannot see data.
+`make book` (strict, -W) fails on a {glue:text} key that the stored outputs lack; a key
+glued on one branch only (a CPU, gloo) is published fine from a CPU build and breaks
+the build after `make execute` on GPUs. So this test reads the cells' syntax, not their
+outputs: a glue call counts only where it runs whatever the machine: in the cell, or in
+a for/while/with body (run at least once), unless a continue or break before it may
+skip it; in an `if` or a `try` only when every branch (the else, each handler) glues
+the key (a `finally` always runs); never in a def or a comprehension (they may not
+run). A key built by an f-string matches any text key of its shape. It cannot see data:
+a loop over data filled on some machines only needs a hidden check that every key is
+there (chapter 9 asserts len(sent) == 8).
 """
 import ast
-import json
 import re
 
 import pytest
 
-import data_parallel as dp
+from tests.book.chapters import CHAPTERS, NAMES, load, python, text
 
-CHAPTERS = sorted((dp.repo_root() / 'book').glob('[0-9][0-9]_*.ipynb'))
 TEXT_KEY = re.compile(r'\{glue(?::[a-z]+)?\}`([^`:]+)(?::[^`]*)?`'
                       r'|\{glue:[a-z]+\}\s+([A-Za-z_][\w]*)')
+MAY_NOT_RUN = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef,
+               ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
 def text_keys(cells):
@@ -34,7 +29,7 @@ def text_keys(cells):
     keys = {}
     for i, cell in enumerate(cells):
         if cell['cell_type'] == 'markdown':
-            for match in TEXT_KEY.finditer(''.join(cell['source'])):
+            for match in TEXT_KEY.finditer(text(cell)):
                 keys.setdefault(match.group(1) or match.group(2), i)
     return keys
 
@@ -51,29 +46,18 @@ def key_pattern(node):
 
 def glue_calls(node):
     """Key patterns of the glue calls in a statement's own expressions."""
-    found = set()
-    stack = [node]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
-                             ast.ClassDef, ast.ListComp, ast.SetComp, ast.DictComp,
-                             ast.GeneratorExp)):
-            continue  # may never run
-        if isinstance(item, ast.Call) and item.args:
-            name = item.func.attr if isinstance(item.func, ast.Attribute) else getattr(
-                item.func, 'id', None)
-            if name == 'glue' and key_pattern(item.args[0]):
-                found.add(key_pattern(item.args[0]))
-        stack.extend(ast.iter_child_nodes(item))
+    if isinstance(node, MAY_NOT_RUN):
+        return set()
+    found = set().union(*map(glue_calls, ast.iter_child_nodes(node)))
+    if isinstance(node, ast.Call) and node.args and key_pattern(node.args[0]):
+        if getattr(node.func, 'attr', getattr(node.func, 'id', None)) == 'glue':
+            found.add(key_pattern(node.args[0]))
     return found
 
 
 def may_exit(stmt):
-    """Whether stmt can skip the rest of its block: a continue or break of that block.
-
-    (A raise fails the cell, which nbval and `make execute` report; a return is only
-    found in functions, which do not count.)
-    """
+    """Whether stmt can skip the rest of its block: a continue or break of that block
+    (a raise fails the cell, which is reported; a return is only in a def)."""
     if isinstance(stmt, (ast.Continue, ast.Break)):
         return True
     if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While, ast.FunctionDef,
@@ -106,25 +90,19 @@ def always_glued(statements):
     return glued
 
 
-def code(cell):
-    """A code cell's source as Python (IPython's ! and % lines left out)."""
-    return ''.join(line for line in cell['source']
-                   if not line.lstrip().startswith(('!', '%')))
-
-
 def unglued_keys(cells):
     """'key (markdown cell i)' for every text key that some path does not glue."""
     patterns = set()
     for cell in cells:
         if cell['cell_type'] == 'code':
-            patterns |= always_glued(ast.parse(code(cell)).body)
+            patterns |= always_glued(ast.parse(python(cell)).body)
     return [f'{key} (markdown cell {i})' for key, i in text_keys(cells).items()
             if not any(re.fullmatch(p, key) for p in patterns)]
 
 
-@pytest.mark.parametrize('path', CHAPTERS, ids=[p.name for p in CHAPTERS])
+@pytest.mark.parametrize('path', CHAPTERS, ids=NAMES)
 def test_every_text_key_is_glued_on_every_path(path):
-    cells = json.loads(path.read_text())['cells']
+    cells = load(path)['cells']
     missing = unglued_keys(cells)
     assert not missing, (f'{path.name}: glued only on some machines (or not at all): '
                          + ', '.join(missing))
@@ -163,12 +141,3 @@ def test_text_keys_with_and_without_a_format():
     cells = cells_of(text='{glue:text}`a:.2f`, {glue}`b` and\n:::{glue:figure} c\n')
     assert list(text_keys(cells)) == ['a', 'b', 'c']
 
-
-@pytest.mark.parametrize('path', CHAPTERS, ids=[p.name for p in CHAPTERS])
-def test_glue_calls_are_in_hidden_cells_only(path):
-    """The code a reader sees (the page, the reader copy) holds no dp.glue: each cell
-    that hands numbers to the text is its own hidden cell after the one measuring."""
-    shown = [cell['id'] for cell in json.loads(path.read_text())['cells']
-             if cell['cell_type'] == 'code' and 'dp.glue(' in code(cell)
-             and 'remove-cell' not in cell['metadata'].get('tags', [])]
-    assert shown == [], f'{path.name}: move the glue calls of {shown} to a remove-cell'

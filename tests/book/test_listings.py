@@ -1,53 +1,37 @@
 """One source of truth for program code shown in a chapter: listings equal the package.
 
-A chapter shows code of a program it does not write itself (the DDP program, the
-sharding jobs) as a listing: a Markdown cell with a fenced ```python block whose first
-line names the file, `# data_parallel/<module path>`, followed by one or more top-level
-definitions copied from that file. A fenced block renders as highlighted code in the
-built book, Colab, JupyterLab and VS Code alike (a MyST `literalinclude` shows raw
-there). This test fails when a listing and the package differ; its message prints the
-package's current text, to paste into the cell.
+A listing is a Markdown cell's fenced ```python block whose first line names a file,
+`# data_parallel/<module path>`, then whole top-level definitions copied from it; it
+reads as code in the book, Colab, JupyterLab and VS Code (a MyST `literalinclude`
+shows raw there). A listing that differs fails with the package's text to paste in.
 """
 import ast
-import json
-import re
 
 import pytest
 
-import data_parallel as dp
-
-BOOK = dp.repo_root() / 'book'
-CHAPTERS = sorted(BOOK.glob('[0-9][0-9]_*.ipynb'))
-FENCE = re.compile(r'^```python\n# (data_parallel/[\w/]+\.py)\n(.*?)^```$',
-                   re.MULTILINE | re.DOTALL)
+from tests.book.chapters import BOOK, CHAPTERS, FENCE, load, text
 
 
 def definition_source(path, name):
     """The exact text of the top-level def or class `name` in the file at path."""
-    text = path.read_text()
-    for node in ast.parse(text).body:
+    source = path.read_text()
+    for node in ast.parse(source).body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
             first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-            return '\n'.join(text.splitlines()[first - 1:node.end_lineno])
+            return '\n'.join(source.splitlines()[first - 1:node.end_lineno])
     raise LookupError(f'{path.name} defines no {name}')
-
-
-def listing_code(path, names):
-    """What a listing of these definitions holds below its file line."""
-    return '\n\n\n'.join(definition_source(path, name) for name in names) + '\n'
 
 
 def listings():
     """(chapter, file, names, code) of every listing in the chapters."""
     found = []
     for notebook in CHAPTERS:
-        for cell in json.loads(notebook.read_text())['cells']:
-            if cell['cell_type'] != 'markdown':
-                continue
-            for file, code in FENCE.findall(''.join(cell['source'])):
-                names = [node.name for node in ast.parse(code).body
-                         if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
-                found.append((notebook.name, file, names, code))
+        for cell in load(notebook)['cells']:
+            if cell['cell_type'] == 'markdown':
+                for file, code in FENCE.findall(text(cell)):
+                    names = [node.name for node in ast.parse(code).body
+                             if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
+                    found.append((notebook.name, file, names, code))
     return found
 
 
@@ -67,13 +51,14 @@ def test_the_programs_chapters_show_their_code():
                          ids=[f'{c}:{"+".join(n)}' for c, _, n, _ in LISTINGS])
 def test_listing_equals_the_package(chapter, file, names, code):
     assert names, f'a listing of {file} in {chapter} holds no def or class'
-    expected = listing_code(BOOK / file, names)
-    assert code == expected, (f'{chapter} shows {", ".join(names)} of {file} as it '
-                              f'was, not as it is; the package has:\n{expected}')
+    expected = '\n\n\n'.join(definition_source(BOOK / file, name) for name in names)
+    assert code == expected + '\n', (
+        f'{chapter} shows {", ".join(names)} of {file} as it was, not as it is; '
+        f'the package has:\n{expected}')
 
 
 def test_no_chapter_includes_package_code_another_way():
     for notebook in CHAPTERS:
-        text = notebook.read_text()
         for way in ('literalinclude', 'inspect.getsource'):
-            assert way not in text, f'{notebook.name} still uses {way}: use a listing'
+            assert way not in notebook.read_text(), \
+                f'{notebook.name} still uses {way}: use a listing'

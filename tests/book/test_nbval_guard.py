@@ -1,26 +1,26 @@
-"""nbval, as `make test` runs it, catches a wrong stored output and forgives machine noise."""
+"""nbval as `make test` runs it catches a wrong output and forgives machine noise."""
 import subprocess
 import sys
-from pathlib import Path
 
 import nbformat
 import pytest
 
+from tests.book.chapters import ROOT
+
 pytestmark = pytest.mark.slow  # each test starts nbval and a kernel
-SANITIZE = Path(__file__).parents[1] / 'nbval_sanitize.cfg'
 
 
 def run_nbval(tmp_path, code, stored_text):
-    """Write a one-cell notebook whose stored output is stored_text; return nbval's exit code."""
-    nb = nbformat.v4.new_notebook()
+    """nbval's exit code on a one-cell notebook whose stored output is stored_text."""
     cell = nbformat.v4.new_code_cell(code, execution_count=1)
     cell.outputs = [nbformat.v4.new_output('stream', name='stdout', text=stored_text)]
-    nb.cells = [cell]
     path = tmp_path / 'probe.ipynb'
-    nbformat.write(nb, path)
+    nbformat.write(nbformat.v4.new_notebook(cells=[cell]), path)
     cmd = [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '--nbval',
-           '--nbval-current-env', '--nbval-sanitize-with', str(SANITIZE), str(path)]
-    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120).returncode
+           '--nbval-current-env', '--nbval-sanitize-with',
+           str(ROOT / 'tests' / 'nbval_sanitize.cfg'), str(path)]
+    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, timeout=120)
+    return done.returncode
 
 
 @pytest.mark.parametrize('stored, expected', [('4\n', 0), ('5\n', 1)])

@@ -1,26 +1,17 @@
 """No stale numbers: every measured number in a chapter's text is glued or cited.
 
-A number measured by a cell goes into the prose through glue ({glue:text}`name`), so a
-re-execution updates it. This test reads the Markdown of every chapter and of the intro
-and fails on a number that looks measured (a decimal, a percentage, a ratio written
-"1.6x") and is neither glued nor in one of the two lists below:
-- CITED: figures from elsewhere, each with its source (the text attributes them too);
-- EXACT: values that follow from the text's own arithmetic or a formula, or settings
-  it chooses, not measurements; each with the arithmetic or the setting.
-Settings (a learning rate, a weight scale, a momentum), versions and section numbers
-are recognised by the words before them. An entry of either list that the text no
-longer holds fails too, so the lists cannot rot.
+A measured number reaches the prose through glue, so a re-execution updates it. This
+test fails on a number in the Markdown of the chapters and the intro that looks
+measured (a decimal, a percentage, a ratio "1.6x"), unless glued, after words that
+name a setting (a learning rate, a version, a section), or in CITED (figures from
+elsewhere, with their source) or EXACT (the text's own arithmetic or settings, with
+it). An entry that the text no longer holds fails too, so the lists cannot rot.
 """
-import json
 import re
-import shutil
 
 import pytest
 
-import data_parallel as dp
-
-BOOK = dp.repo_root() / 'book'
-CHAPTERS = sorted(BOOK.glob('[0-9][0-9]_*.ipynb'))
+from tests.book.chapters import BOOK, CHAPTERS, load, text
 
 # a decimal, a percentage, or "N x"/"Nx" written as a ratio (1.6x); 2 x 3 is arithmetic
 NUMBER = re.compile(r'(?<![\w.])(\d[\d,]*\.\d+(?![\w.])|\d[\d,]*(?:\.\d+)?\s?%'
@@ -102,42 +93,42 @@ EXACT = {
 }
 
 
-def prose(text):
+def prose(markdown):
     """Markdown with code, math, link targets and glued values blanked out, and every
     run of white space as one space (so an entry need not know where lines break)."""
     for pattern in SKIPPED:
-        text = pattern.sub(' ', text)
-    return ' '.join(text.split())
+        markdown = pattern.sub(' ', markdown)
+    return ' '.join(markdown.split())
 
 
-def chapter_texts(book=BOOK):
+def chapter_texts():
     """{'NN': [the prose of each Markdown cell]} per chapter; 'intro': the intro's."""
-    texts = {'intro': [prose((book / 'intro.md').read_text())]}
-    for path in sorted(book.glob('[0-9][0-9]_*.ipynb')):
-        cells = json.loads(path.read_text())['cells']
-        texts[path.name[:2]] = [prose(''.join(c['source'])) for c in cells
+    texts = {'intro': [prose((BOOK / 'intro.md').read_text())]}
+    for path in CHAPTERS:
+        texts[path.name[:2]] = [prose(text(c)) for c in load(path)['cells']
                                 if c['cell_type'] == 'markdown']
     return texts
 
 
-def unexplained(texts, cited=CITED, exact=EXACT):
+def unexplained(texts):
     """(offenders, as 'chapter: number in context'; list entries the text lacks)."""
-    allowed = {**cited, **exact}
+    allowed = {**CITED, **EXACT}
     used, offenders = set(), []
     for chapter, cells in texts.items():
-        for text in cells:
-            covered = []  # spans of the text that an entry names
+        for paragraph in cells:
+            covered = []  # spans of the paragraph that an entry names
             for (where, words), _ in allowed.items():
                 if where == chapter:
-                    for m in re.finditer(re.escape(words), text):
+                    for m in re.finditer(re.escape(words), paragraph):
                         covered.append((m.start(), m.end()))
                         used.add((where, words))
-            for m in NUMBER.finditer(text):
-                if SETTING.search(text[max(0, m.start() - 30):m.start()]):
+            for m in NUMBER.finditer(paragraph):
+                if SETTING.search(paragraph[max(0, m.start() - 30):m.start()]):
                     continue
                 if any(a <= m.start() and m.end() <= b for a, b in covered):
                     continue
-                context = ' '.join(text[max(0, m.start() - 40):m.end() + 20].split())
+                around = paragraph[max(0, m.start() - 40):m.end() + 20]
+                context = ' '.join(around.split())
                 offenders.append(f'{chapter}: {m.group()!r} in "...{context}..."')
     return offenders, sorted(set(allowed) - used)
 
@@ -165,16 +156,10 @@ def test_every_allowed_number_says_where_it_comes_from():
     ('It took {glue:text}`epoch_seconds:.2f` s.', False),  # glued: fine
     ('With learning rate 0.3 it diverged.', False),  # a setting
 ])
-def test_a_planted_number_is_caught(planted, caught, tmp_path):
-    # a copy of the book's text, with the sentence planted in a Markdown cell of ch. 7
-    shutil.copy(BOOK / 'intro.md', tmp_path)
-    for path in CHAPTERS:
-        notebook = json.loads(path.read_text())
-        if path.name.startswith('07'):
-            cell = next(c for c in notebook['cells'] if c['cell_type'] == 'markdown')
-            cell['source'] = ''.join(cell['source']) + '\n\n' + planted + '\n'
-        (tmp_path / path.name).write_text(json.dumps(notebook))
-    offenders, _ = unexplained(chapter_texts(tmp_path))
+def test_a_planted_number_is_caught(planted, caught):
+    texts = chapter_texts()
+    texts['07'].append(prose(planted))  # as if a Markdown cell of chapter 7 said it
+    offenders, _ = unexplained(texts)
     assert bool(offenders) == caught, offenders
     if caught:
         assert len(offenders) == 1 and offenders[0].startswith('07: '), offenders

@@ -1,9 +1,11 @@
 """The helper package: installed, not put on a path; every chapter runs on its own.
 
-A reader who opens a chapter in Colab or downloads it gets the notebook alone. Its first
-cell installs the package when it is missing; these tests build the wheel, install it
-into an empty place and run chapters 1-5 alone in empty folders, offline.
+A reader who opens a chapter alone (Colab, a download) gets its first cell, which
+installs the package when it is missing; these tests build the wheel, install it into
+an empty place and run chapters 1-5 alone in empty folders, offline.
 """
+import importlib.metadata
+import importlib.util
 import json
 import os
 import re
@@ -21,22 +23,22 @@ import yaml
 
 import data_parallel as dp
 from data_parallel.launch import free_port
+from tests.book.chapters import (CHAPTERS, NAMES, ROOT, VERSION, code_cells, load,
+                                 text)
 
-ROOT = dp.repo_root()
-CHAPTERS = sorted((ROOT / 'book').glob('[0-9][0-9]_*.ipynb'))
 SYS_PATH = 'sys' + '.path'  # spelled apart, so that this file does not find itself
 PARENTS = 'parents' + '['
-
-
-def code_cells(notebook):
-    return [c for c in json.loads(notebook.read_text())['cells'] if c['cell_type'] == 'code']
+INSTALL = text(code_cells(CHAPTERS[0])[0])  # it installs the package when missing
+URL = yaml.safe_load((ROOT / '_config.yml').read_text())['repository']['url']
 
 
 def test_nothing_edits_the_import_path():
-    files = [*ROOT.glob('book/**/*.py'), *ROOT.glob('tools/*.py'), *ROOT.glob('tests/**/*.py')]
-    found = [f'{path.relative_to(ROOT)}' for path in files if SYS_PATH in path.read_text()]
+    files = [*ROOT.glob('book/**/*.py'), *ROOT.glob('tools/*.py'),
+             *ROOT.glob('tests/**/*.py')]
+    found = [f'{path.relative_to(ROOT)}' for path in files
+             if SYS_PATH in path.read_text()]
     found += [nb.name for nb in CHAPTERS
-              if any(SYS_PATH in ''.join(c['source']) for c in code_cells(nb))]
+              if any(SYS_PATH in text(cell) for cell in code_cells(nb))]
     assert found == [], f'{SYS_PATH} edits: import the installed package instead'
 
 
@@ -44,52 +46,31 @@ def test_one_definition_of_the_repository_root():
     files = [*ROOT.glob('book/data_parallel/*.py'), *ROOT.glob('tools/*.py'),
              *ROOT.glob('tests/*.py')]
     derived = [path.name for path in files if PARENTS in path.read_text()]
-    assert derived == ['paths.py'], 'use dp.repo_root() / dp.work_dir() / dp.data_root()'
+    assert derived == ['paths.py'], 'use dp.repo_root(), dp.work_dir(), dp.data_root()'
 
 
 def test_package_is_installed_not_found_by_accident():
-    import importlib.metadata
     assert importlib.metadata.version('multigpu-book')
     assert Path(dp.__file__).resolve().parent == ROOT / 'book' / 'data_parallel'
 
 
-def bootstrap_cell(notebook):
-    """The first code cell of a chapter: it installs the package when it is missing."""
-    return code_cells(notebook)[0]
-
-
-def test_every_chapter_starts_with_the_same_install_cell():
-    first = [bootstrap_cell(nb) for nb in CHAPTERS]
-    sources = {''.join(cell['source']) for cell in first}
-    assert len(sources) == 1, 'the install cells differ: make them identical'
+def test_every_chapter_starts_with_the_same_install_cell_of_this_version():
+    """Issues 21-6 and 24: it pins pyproject.toml's version (the tag v<version>), not
+    the moving main branch; tools/release.py tags a new version when main passes."""
+    first = [code_cells(nb)[0] for nb in CHAPTERS]
+    assert {text(cell) for cell in first} == {INSTALL}, 'the install cells differ'
     assert all(cell['metadata'].get('tags') == ['remove-cell'] for cell in first)
-    source, = sources
-    url = yaml.safe_load((ROOT / '_config.yml').read_text())['repository']['url']
-    assert f"'git+{url}'" in source, 'installs from the repository in _config.yml'
-    assert source.index('find_spec') < source.index('pip')  # only when it is missing
-    assert all(len(line) <= 88 for line in source.splitlines())
-
-
-def project_version():
-    import tomllib
-    return tomllib.loads((ROOT / 'pyproject.toml').read_text())['project']['version']
-
-
-def test_install_cell_installs_the_version_the_notebook_was_written_with():
-    """Issue 21-6 and 24: the cell pins the package version of pyproject.toml (the tag
-    v<version>), not the moving main branch; bump both together: tools/release.py tags
-    the new version when main's tests pass (release.yml)."""
-    source = ''.join(bootstrap_cell(CHAPTERS[0])['source'])
-    pinned = re.search(r"^VERSION = '([^']+)'$", source, re.MULTILINE)
+    assert f"'git+{URL}'" in INSTALL, 'installs from the repository in _config.yml'
+    assert INSTALL.index('find_spec') < INSTALL.index('pip')  # only when it is missing
+    pinned = re.search(r"^VERSION = '([^']+)'$", INSTALL, re.MULTILINE)
     assert pinned, 'the install cell names no VERSION'
-    assert pinned.group(1) == project_version(), \
-        f'install cell: {pinned.group(1)}, pyproject.toml: {project_version()}'
-    assert "f'{url}@v{VERSION}'" in source, 'it installs the tag v<VERSION>'
+    assert pinned.group(1) == VERSION, \
+        f'install cell: {pinned.group(1)}, pyproject.toml: {VERSION}'
+    assert "f'{url}@v{VERSION}'" in INSTALL, 'it installs the tag v<VERSION>'
 
 
-def run_install_cell(monkeypatch, returncode, stderr=b'\x1b[31mERROR'):
+def run_install_cell(monkeypatch, returncode, stderr=b''):
     """The install cell with data_parallel missing and pip answering returncode."""
-    import importlib.util
     calls = []
 
     def pip(args, **kwargs):
@@ -100,27 +81,24 @@ def run_install_cell(monkeypatch, returncode, stderr=b'\x1b[31mERROR'):
         None if name == 'data_parallel' else find_spec(name, *a)))
     monkeypatch.setattr(subprocess, 'run', pip)
     monkeypatch.delenv('MULTIGPU_BOOK_PACKAGE', raising=False)
-    exec(''.join(bootstrap_cell(CHAPTERS[0])['source']), {})
+    exec(INSTALL, {})
     return calls
 
 
-def test_install_cell_fails_in_one_line_that_says_what_to_do(monkeypatch, capsys):
-    with pytest.raises(Exception) as failed:
-        run_install_cell(monkeypatch, returncode=1)
-    lines = failed.value._render_traceback_()  # IPython shows these, not a traceback
-    assert len(lines) == 1 and '\n' not in lines[0], lines
-    line, version = lines[0], project_version()
-    assert 'MULTIGPU_BOOK_PACKAGE' in line and f'multigpu_book-{version}-' in line, line
-    assert f'@v{version}' in line  # it names what it tried
-    assert capsys.readouterr().out == ''  # pip's own (coloured) output is not shown
-
-
-def failure_line(monkeypatch, stderr):
+def failure_line(monkeypatch, stderr=b'\x1b[31mERROR'):
     """The one line the install cell shows when pip fails and writes stderr."""
     with pytest.raises(Exception) as failed:
         run_install_cell(monkeypatch, returncode=1, stderr=stderr)
-    line, = failed.value._render_traceback_()
-    return line
+    lines = failed.value._render_traceback_()  # IPython shows these, not a traceback
+    assert len(lines) == 1 and '\n' not in lines[0], lines
+    return lines[0]
+
+
+def test_install_cell_fails_in_one_line_that_says_what_to_do(monkeypatch, capsys):
+    line = failure_line(monkeypatch)
+    assert 'MULTIGPU_BOOK_PACKAGE' in line and f'multigpu_book-{VERSION}-' in line, line
+    assert f'@v{VERSION}' in line  # it names what it tried
+    assert capsys.readouterr().out == ''  # pip's own (coloured) output is not shown
 
 
 # What pip wrote when it failed, colours and all: pip 26, then pip 23 (pip of Colab's
@@ -162,30 +140,24 @@ def test_install_cell_failure_says_what_pip_said(monkeypatch):
 
 def test_install_cell_installs_the_pinned_tag(monkeypatch, capsys):
     calls = run_install_cell(monkeypatch, returncode=0)
-    url = yaml.safe_load((ROOT / '_config.yml').read_text())['repository']['url']
     assert calls == [[sys.executable, '-m', 'pip', 'install', '-q',
-                      f'git+{url}@v{project_version()}']]
+                      f'git+{URL}@v{VERSION}']]
     assert capsys.readouterr().out.startswith('Installed the helper package')
 
 
 @pytest.mark.slow
-def test_install_cell_offline_in_a_kernel_prints_one_line(tmp_path):
+def test_install_cell_offline_in_a_kernel_prints_one_line(tmp_path, monkeypatch):
     """In a real kernel: no package, no network (a wheel that is not there)."""
     import nbformat
     from nbclient import NotebookClient
     hide = ("import importlib.util as u\n"
             "u.find_spec = lambda n, *a, f=u.find_spec: None if n == 'data_parallel' "
             "else f(n, *a)\n")
-    nb = nbformat.v4.new_notebook()
-    cell = hide + ''.join(bootstrap_cell(CHAPTERS[0])['source'])
-    nb.cells = [nbformat.v4.new_code_cell(cell)]
-    missing = tmp_path / f'multigpu_book-{project_version()}-py3-none-any.whl'
-    os.environ['MULTIGPU_BOOK_PACKAGE'] = str(missing)
-    try:
-        NotebookClient(nb, kernel_name='python3', timeout=120, allow_errors=True,
-                       resources={'metadata': {'path': str(tmp_path)}}).execute()
-    finally:
-        del os.environ['MULTIGPU_BOOK_PACKAGE']
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(hide + INSTALL)])
+    missing = tmp_path / f'multigpu_book-{VERSION}-py3-none-any.whl'
+    monkeypatch.setenv('MULTIGPU_BOOK_PACKAGE', str(missing))
+    NotebookClient(nb, kernel_name='python3', timeout=120, allow_errors=True,
+                   resources={'metadata': {'path': str(tmp_path)}}).execute()
     outputs = nb.cells[0].outputs
     assert [o['output_type'] for o in outputs] == ['error'], outputs
     assert len(outputs[0]['traceback']) == 1, outputs[0]['traceback']
@@ -197,40 +169,46 @@ def test_install_cell_offline_in_a_kernel_prints_one_line(tmp_path):
 def test_install_cell_installs_the_package_once(tmp_path, wheel):
     venv = tmp_path / 'venv'
     subprocess.run([sys.executable, '-m', 'venv', str(venv)], check=True, timeout=300)
-    python = venv / 'bin' / 'python'
     env = {**os.environ, 'MULTIGPU_BOOK_PACKAGE': str(wheel), 'PIP_NO_DEPS': '1',
            'PIP_NO_INDEX': '1', 'PIP_DISABLE_PIP_VERSION_CHECK': '1'}
     env.pop('PYTHONPATH', None)
-    code = ''.join(bootstrap_cell(CHAPTERS[0])['source'])
-    code += "\nprint('found:', importlib.util.find_spec('data_parallel') is not None)"
-    run = lambda: subprocess.run([str(python), '-c', code], env=env, cwd=tmp_path,
-                                 capture_output=True, text=True, timeout=300)
-    first, second = run(), run()
+    code = INSTALL + ("\nprint('found:', importlib.util.find_spec('data_parallel')"
+                      ' is not None)')
+    first, second = [subprocess.run([str(venv / 'bin' / 'python'), '-c', code], env=env,
+                                    cwd=tmp_path, capture_output=True, text=True,
+                                    timeout=300) for _ in range(2)]
     assert first.returncode == 0, first.stderr
     assert first.stdout.splitlines() == [
         f'Installed the helper package data_parallel from {wheel}.', 'found: True']
-    assert second.stdout.splitlines() == ['found: True'], 'the second run installs nothing'
+    assert second.stdout.splitlines() == ['found: True'], 'the second run installed'
+
+
+ALONE = [*CHAPTERS[:5], ROOT / 'notebooks' / CHAPTERS[0].name]  # and a reader copy
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('chapter', CHAPTERS[:5], ids=[nb.name for nb in CHAPTERS[:5]])
-def test_chapter_runs_alone_in_an_empty_folder(tmp_path, site, fashion_root, chapter):
-    nb = json.loads(chapter.read_text())
-    nb['cells'].append({'cell_type': 'code', 'execution_count': None, 'id': 'where',
-                        'metadata': {}, 'outputs': [],
-                        'source': 'import data_parallel\nprint(data_parallel.__file__)'})
-    alone = tmp_path / 'alone' / chapter.name
+@pytest.mark.parametrize('notebook', ALONE,
+                         ids=[f'{p.parent.name}/{p.name}' for p in ALONE])
+def test_notebook_runs_alone_in_an_empty_folder(tmp_path, site, fashion_root, notebook):
+    """With the package from the wheel only, not the clone; it leaves no files."""
+    where = {'cell_type': 'code', 'execution_count': None, 'id': 'where',
+             'metadata': {}, 'outputs': [],
+             'source': 'import data_parallel\nprint(data_parallel.__file__)'}
+    nb = load(notebook)
+    alone = tmp_path / 'alone' / notebook.name
     alone.parent.mkdir()
-    alone.write_text(json.dumps(nb))
-    env = {**os.environ, 'PYTHONPATH': str(site), 'MULTIGPU_DATA': str(fashion_root)}
-    result = subprocess.run([sys.executable, str(ROOT / 'tools' / 'execute_notebooks.py'),
-                             str(alone)], env=env, capture_output=True, text=True,
-                            timeout=900, cwd=tmp_path)
+    alone.write_text(json.dumps({**nb, 'cells': nb['cells'] + [where]}))
+    env = {**os.environ, 'PYTHONPATH': str(site), dp.DATA_ENV: str(fashion_root)}
+    result = subprocess.run(
+        [sys.executable, str(ROOT / 'tools' / 'execute_notebooks.py'), str(alone)],
+        env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    executed = json.loads(alone.read_text())['cells'][-1]['outputs'][0]['text']
-    assert ''.join(executed).strip() == str(site / 'data_parallel' / '__init__.py')
-    assert sorted(p.name for p in alone.parent.iterdir()) == [chapter.name], \
-        'a chapter leaves no files beside itself'
+    cells = load(alone)['cells']
+    imported = ''.join(cells[-1]['outputs'][0]['text']).strip()
+    assert imported == str(site / 'data_parallel' / '__init__.py')
+    install = next(c for c in cells if c['cell_type'] == 'code')
+    assert install['outputs'] == [] and 'VERSION' in text(install)  # found: no install
+    assert sorted(p.name for p in alone.parent.iterdir()) == [notebook.name]
 
 
 @pytest.mark.slow
@@ -259,6 +237,11 @@ def test_make_lab_starts_jupyterlab_on_the_book(tmp_path):
     env = {**os.environ, 'JUPYTER_TOKEN': token, 'JUPYTER_RUNTIME_DIR': str(tmp_path),
            'JUPYTER_PORT_RETRIES': '0'}
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxy
+
+    def api(path, timeout):
+        url = f'http://127.0.0.1:{port}/api/{path}?token={token}'
+        with opener.open(url, timeout=timeout) as response:
+            return json.loads(response.read())
     log = tmp_path / 'lab.log'
     with open(log, 'w') as out:
         # -o: use .venv as it is, even when requirements.txt is newer
@@ -266,21 +249,16 @@ def test_make_lab_starts_jupyterlab_on_the_book(tmp_path):
                                 f'LAB_PORT={port}'], cwd=ROOT, env=env, stdout=out,
                                stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        status = None
-        deadline = time.monotonic() + 90
+        status, deadline = None, time.monotonic() + 90
         while status is None and time.monotonic() < deadline:
             try:
-                url = f'http://127.0.0.1:{port}/api/status?token={token}'
-                with opener.open(url, timeout=5) as response:
-                    status = json.loads(response.read())
+                status = api('status', timeout=5)
             except OSError:
                 assert lab.poll() is None, log.read_text()
                 time.sleep(1)
         assert status is not None and 'started' in status, log.read_text()
-        url = f'http://127.0.0.1:{port}/api/contents?token={token}'
-        with opener.open(url, timeout=10) as response:
-            names = {item['name'] for item in json.loads(response.read())['content']}
-        assert {nb.name for nb in CHAPTERS} <= names  # it serves the book's folder
+        names = {item['name'] for item in api('contents', timeout=10)['content']}
+        assert set(NAMES) <= names  # it serves the chapters' folder
         assert re.search(rf'http://\S+:{port}/lab\?token=', log.read_text())  # the URL
     finally:
         os.killpg(lab.pid, signal.SIGTERM)

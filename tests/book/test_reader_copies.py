@@ -1,35 +1,26 @@
 """What a reader who runs a chapter outside the book opens reads right (issue 24).
 
-The Colab button opens notebooks/NN_x.ipynb on GitHub, at the release tag v<version>,
-and the download button gives the same reader copy (book/_ext/book_html_fixes.py);
-`make lab` opens that folder. These tests open every reader copy as a plain Jupyter
-would and find no MyST role or directive (which it shows raw), every glued number
-written out as the book formats it, chapter 7's program as Python code, the solutions
-marked and folded (Colab's form, JupyterLab's hidden source), the book's hidden cells
-(checks, glue) left out with nothing shown needing them, a GPU runtime asked for where
-the code uses one, and cell ids unique across the book. The copies must be what tools/reader_copies.py makes
-of the chapters now (`make reader-copies`).
+The Colab and download buttons give notebooks/NN_x.ipynb at the release tag, the reader
+copy tools/reader_copies.py makes of the chapter (`make reader-copies`); `make lab`
+opens that folder. A plain Jupyter must find in it no MyST (it shows that raw), every
+glued number written out, the solutions folded, the book's hidden cells left out with
+no shown cell needing them, and a GPU runtime asked for where the code uses one.
 """
 import ast
 import builtins
 import json
-import os
 import re
-import subprocess
-import sys
-import tomllib
 import types
-from ast import literal_eval
 
 import nbformat
 import pytest
 import yaml
 
-import data_parallel as dp
+from book._ext import book_html_fixes as fixes
+from tests.book.chapters import (CHAPTERS, FENCE, NAMES, ROOT, VERSION, load, python,
+                                 text)
 from tools import reader_copies
 
-ROOT = dp.repo_root()
-CHAPTERS = sorted((ROOT / 'book').glob('[0-9][0-9]_*.ipynb'))
 READER = ROOT / 'notebooks'
 # What a plain Jupyter (Colab, JupyterLab without jupyterlab-myst, VS Code, GitHub)
 # shows as raw text: MyST roles, directive fences and their options, targets, comments.
@@ -40,27 +31,13 @@ MYST = re.compile(r'\{[a-z][\w:-]*\}`'              # a role: {glue:text}`x`, {d
                   r'|^\([\w-]+\)=\s*$'               # a target (label)=
                   r'|^%|^\+\+\+', re.MULTILINE)      # a comment, a block break
 GLUE = re.compile(r'\{glue:text\}`([^`:]+)(?::([^`]*))?`')
-FENCE = re.compile(r'^```python\n# (data_parallel/[\w/]+\.py)\n(.*?)^```$',
-                   re.MULTILINE | re.DOTALL)
-
-
-def tool():
-    return reader_copies
-
-
-def load(path):
-    return json.loads(path.read_text(encoding='utf-8'))
-
-
-def text(cell):
-    return ''.join(cell['source'])
 
 
 def reader_copy(chapter):
     return READER / chapter.name
 
 
-@pytest.fixture(scope='module', params=CHAPTERS, ids=[c.name for c in CHAPTERS])
+@pytest.fixture(scope='module', params=CHAPTERS, ids=NAMES)
 def pair(request):
     """(chapter, its reader copy) as notebook dicts."""
     path = reader_copy(request.param)
@@ -70,14 +47,13 @@ def pair(request):
 
 def test_reader_copies_are_up_to_date():
     """notebooks/ is exactly what tools/reader_copies.py makes of the chapters now."""
-    reader = tool()
     stale = [c.name for c in CHAPTERS if not reader_copy(c).exists()
-             or reader_copy(c).read_text(encoding='utf-8') != reader.dumps(
-                 reader.reader_copy(c))]
+             or reader_copy(c).read_text(encoding='utf-8') != reader_copies.dumps(
+                 reader_copies.reader_copy(c))]
     extra = sorted({p.name for p in READER.glob('*.ipynb')}
                    - {c.name for c in CHAPTERS})
     readme = (READER / 'README.md').read_text(encoding='utf-8')
-    if readme != reader.readme(reader.chapters()):
+    if readme != reader_copies.readme(reader_copies.chapters()):
         stale.append('README.md')
     assert not stale and not extra, \
         f'notebooks/ is stale ({stale + extra}): run `make reader-copies` and commit it'
@@ -101,7 +77,7 @@ def glued(nb):
 
 def as_the_book_writes(stored, spec):
     """A glued value with a role's format spec, as myst-nb formats it."""
-    value = literal_eval(stored)
+    value = ast.literal_eval(stored)
     if spec and spec[-1] in 'eEfFgG%':
         value = float(value)
     return format(value, spec or '')
@@ -136,25 +112,17 @@ def test_glue_is_checked_for_real():
     assert sum(roles.values()) >= 60, roles
 
 
-def test_chapter_7_shows_its_program_as_code():
-    """The listings of train_ddp.py (and devices.py) are fenced Python in the copy,
-    identical to the package's code."""
-    chapter = next(c for c in CHAPTERS if c.name.startswith('07_'))
-    markdown = [text(c) for c in load(reader_copy(chapter))['cells']
-                if c['cell_type'] == 'markdown']
-    listings = [(file, code) for md in markdown for file, code in FENCE.findall(md)]
-    files = {file for file, _ in listings}
-    assert 'data_parallel/train_ddp.py' in files, files
-    names = set()
-    for file, code in listings:
-        package_text = (ROOT / 'book' / file).read_text(encoding='utf-8')
-        for node in ast.parse(code).body:
-            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-                names.add((file, node.name))
-                definition = ast.get_source_segment(code, node)
-                assert definition in package_text, f'{file}: {node.name} differs'
-    assert ('data_parallel/train_ddp.py', 'train') in names, names
-    assert len(names) >= 5, names
+def listings(nb):
+    """(file, code) of every listing of package code in a notebook's Markdown."""
+    return [found for cell in nb['cells'] if cell['cell_type'] == 'markdown'
+            for found in FENCE.findall(text(cell))]
+
+
+def test_listings_are_the_chapters(pair):
+    """Listings (chapter 7's program) stay fenced Python, as in the chapter (which
+    tests/book/test_listings.py compares with the package)."""
+    chapter, copy = pair
+    assert listings(copy) == listings(chapter)
 
 
 def test_solutions_are_marked_and_collapsed(pair):
@@ -197,18 +165,17 @@ def test_code_and_outputs_are_the_chapters(pair):
 
 
 def test_no_checks_glue_or_notes_for_maintainers(pair):
+    """No dp.glue (a shown cell never calls it), issue numbers, CI, nbval, mutations."""
     _, copy = pair
     code = '\n'.join(text(c) for c in copy['cells'] if c['cell_type'] == 'code')
-    words = re.findall(r'dp\.glue\(|\(issue \d+|\bCI\b|nbval|mutation',
-                       code)
+    words = re.findall(r'dp\.glue\(|\(issue \d+|\bCI\b|nbval|mutation', code)
     assert words == []
 
 
-def names(code):
-    """(names a cell binds, names it reads), IPython lines left out."""
-    tree = ast.parse(re.sub(r'^\s*[%!].*$', '', code, flags=re.MULTILINE))
+def names(cell):
+    """(names a code cell binds, names it reads)."""
     bound, read = set(), set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(python(cell))):
         if isinstance(node, ast.Name):
             (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
         elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
@@ -228,7 +195,7 @@ def test_no_cell_of_a_copy_needs_a_cell_it_leaves_out(pair):
     binder = dict.fromkeys(dir(builtins), 'shown')  # name: who bound it last
     for cell in chapter['cells']:
         if cell['cell_type'] == 'code':
-            bound, read = names(text(cell))
+            bound, read = names(cell)
             kind = 'hidden' if hidden(cell, chapter) else 'shown'
             if kind == 'shown':
                 needed = {n for n in read - bound if binder.get(n) == 'hidden'}
@@ -247,7 +214,8 @@ def test_chapters_that_use_gpus_ask_colab_for_one():
     asks = {n for n, nb in copies.items() if nb['metadata'].get('accelerator') == 'GPU'}
     code = {n: '\n'.join(text(c) for c in nb['cells'] if c['cell_type'] == 'code')
             for n, nb in copies.items()}
-    assert asks == {n for n, c in code.items() if 'get_devices(' in c or 'dp.train(' in c}
+    assert asks == {n for n, c in code.items()
+                    if 'get_devices(' in c or 'dp.train(' in c}
     assert '06' in asks and not any('CPU_ONLY' in code[n] for n in asks)
 
 
@@ -257,15 +225,15 @@ def test_cell_ids_are_unique_across_the_book():
 
 
 def test_the_tool_refuses_myst_it_does_not_translate():
-    reader = tool()
     for markdown in ('See {ref}`fig-x`.', '```{note}\nHi\n```', '(a-target)=\n# T',
                      ':::{admonition} Hint\n:class: dropdown\nx'):
-        with pytest.raises(reader.Refused):
-            reader.translate(markdown, {}, {}, 'test.ipynb')
-    with pytest.raises(reader.Refused, match='no value stored'):
-        reader.translate('{glue:text}`missing:.2f`', {}, {}, 'test.ipynb')
-    assert reader.translate('{glue:text}`x:.1f` and {numref}`fig-a`', {'x': '0.25'},
-                            {'fig-a': '2.1'}, 't') == '0.2 and Fig. 2.1'
+        with pytest.raises(reader_copies.Refused):
+            reader_copies.translate(markdown, {}, {}, 'test.ipynb')
+    with pytest.raises(reader_copies.Refused, match='no value stored'):
+        reader_copies.translate('{glue:text}`missing:.2f`', {}, {}, 'test.ipynb')
+    assert reader_copies.translate('{glue:text}`x:.1f` and {numref}`fig-a`',
+                                   {'x': '0.25'}, {'fig-a': '2.1'}, 't') \
+        == '0.2 and Fig. 2.1'
 
 
 def sphinx_app(**folders):
@@ -277,9 +245,9 @@ def sphinx_app(**folders):
 
 def test_colab_and_download_buttons_point_to_the_reader_copies():
     config = yaml.safe_load((ROOT / '_config.yml').read_text(encoding='utf-8'))
-    assert config['sphinx']['config']['reader_copies'] == READER.name == tool().OUT
+    assert config['sphinx']['config']['reader_copies'] == READER.name
+    assert READER.name == reader_copies.OUT
     assert READER.name in config['exclude_patterns']  # not a page of the book
-    from book._ext import book_html_fixes as fixes
     colab = 'https://colab.research.google.com/github/o/r'
     context = {'header_buttons': [{'buttons': [
         {'text': 'Colab', 'url': f'{colab}/blob/main/book/06_training.ipynb'},
@@ -288,17 +256,15 @@ def test_colab_and_download_buttons_point_to_the_reader_copies():
     buttons = context['header_buttons'][0]['buttons']
     # at the tag whose package the copy's first cell installs: main's notebook may need
     # a newer package than that tag's
-    version = tomllib.loads((ROOT / 'pyproject.toml').read_text())['project']['version']
-    assert buttons[0]['url'] == f'{colab}/blob/v{version}/notebooks/06_training.ipynb'
+    assert buttons[0]['url'] == f'{colab}/blob/v{VERSION}/notebooks/06_training.ipynb'
     assert buttons[1]['url'].endswith('/book/06_training.ipynb')  # only Colab's
     chapter = next(c for c in CHAPTERS if c.name.startswith('06_'))
     install = next(c for c in load(reader_copy(chapter))['cells']
                    if c['cell_type'] == 'code')
-    assert f"VERSION = '{version}'" in text(install).splitlines()  # and installs it
+    assert f"VERSION = '{VERSION}'" in text(install).splitlines()  # and installs it
 
 
 def test_the_download_button_gets_the_stored_reader_copy(tmp_path):
-    from book._ext import book_html_fixes as fixes
     source = tmp_path / '_sources' / 'book' / '06_training.ipynb'
     source.parent.mkdir(parents=True)
     source.write_text('{"cells": []}')  # what Sphinx copies: the chapter itself
@@ -313,26 +279,3 @@ def test_reader_copies_are_not_collected_as_tests():
     assert not (READER / 'conftest.py').exists()
     assert READER.parent == ROOT and 'book' not in READER.parts[len(ROOT.parts):]
 
-
-@pytest.mark.slow
-def test_reader_copy_of_chapter_1_runs_alone_in_an_empty_folder(tmp_path, site,
-                                                                 fashion_root):
-    """The copy a reader downloads, with the package from the wheel (not the clone)."""
-    nb = load(reader_copy(CHAPTERS[0]))
-    nb['cells'].append({'cell_type': 'code', 'execution_count': None, 'id': 'where',
-                        'metadata': {}, 'outputs': [],
-                        'source': 'import data_parallel as m\nprint(m.__file__)'})
-    alone = tmp_path / 'alone' / CHAPTERS[0].name
-    alone.parent.mkdir()
-    alone.write_text(json.dumps(nb))
-    env = {**os.environ, 'PYTHONPATH': str(site), 'MULTIGPU_DATA': str(fashion_root)}
-    execute = ROOT / 'tools' / 'execute_notebooks.py'
-    result = subprocess.run([sys.executable, str(execute), str(alone)], env=env,
-                            capture_output=True, text=True, timeout=900, cwd=tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
-    cells = load(alone)['cells']
-    where = ''.join(cells[-1]['outputs'][0]['text']).strip()
-    assert where == str(site / 'data_parallel' / '__init__.py')
-    install = next(c for c in cells if c['cell_type'] == 'code')
-    assert install['outputs'] == [] and 'VERSION' in text(install)
-    assert sorted(p.name for p in alone.parent.iterdir()) == [CHAPTERS[0].name]

@@ -6,13 +6,11 @@ import subprocess
 
 import pytest
 
-import data_parallel as dp
-
-ROOT = dp.repo_root()
+from tests.book.chapters import ROOT
 
 
 def fake_python(folder, version):
-    """A `python` that reports version and whose -c exits as a Python of that version."""
+    """A `python` that reports version and whose -c exits as that version's would."""
     major, minor = map(int, version.split('.')[:2])
     script = folder / f'python{major}.{minor}'
     script.write_text(f"""#!/bin/sh
@@ -43,7 +41,8 @@ def test_make_on_an_old_or_missing_python_says_what_to_do(tmp_path, python):
     assert result.returncode != 0
     ours = [line for line in result.stderr.splitlines() if not line.startswith('make')]
     assert len(ours) == 1, result.stderr
-    assert 'Python 3.11 or newer' in ours[0] and 'make PYTHON=python3.12 unit' in ours[0]
+    assert 'Python 3.11 or newer' in ours[0]
+    assert 'make PYTHON=python3.12 unit' in ours[0]
     assert (python if python != 'missing' else 'not found') in ours[0]
     assert not (tmp_path / '.venv').exists()  # nothing built
 

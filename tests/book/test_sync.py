@@ -1,31 +1,20 @@
-"""One source of truth: every `#@save` cell in a chapter matches the helper module.
+"""One source of truth: every `#@save` cell in a chapter matches the helper package.
 
-A chapter writes out, in full, each function it teaches that later chapters reuse, in a
-code cell whose first line is `#@save`. The same definition lives in one
-module of the helper package, book/data_parallel/. Comments and blank lines may differ; code and docstrings may not,
-except that a chapter calls what earlier chapters saved as `dp.name` where the helper
-module, being `dp` itself, writes `name`.
+A chapter writes out each function that later chapters reuse in a code cell whose first
+line is `#@save`; the same definition lives in a module of book/data_parallel/.
+Comments and blank lines may differ, code and docstrings may not, except that a chapter
+calls what earlier chapters saved as `dp.name` where the package writes `name`.
 """
 import ast
-import json
+
 import pytest
 
 import data_parallel as dp
-
-BOOK = dp.repo_root() / 'book'
-PACKAGE = BOOK / 'data_parallel'
-CHAPTERS = sorted(BOOK.glob('[0-9][0-9]_*.ipynb'))
-
-
-def saved_cells(notebook):
-    """The source of every code cell in the notebook whose first line is #@save."""
-    cells = json.loads(notebook.read_text())['cells']
-    sources = [''.join(c['source']) for c in cells if c['cell_type'] == 'code']
-    return [s for s in sources if s.lstrip().startswith('#@save')]
+from tests.book.chapters import BOOK, CHAPTERS, NAMES, code_cells, text
 
 
 class DropHelperPrefix(ast.NodeTransformer):
-    """Rewrite `dp.name` as `name`: inside the helper module the prefix does not exist."""
+    """Rewrite `dp.name` as `name`: inside the package the prefix does not exist."""
 
     def visit_Attribute(self, node):
         if isinstance(node.value, ast.Name) and node.value.id == 'dp':
@@ -46,11 +35,12 @@ def definitions(source):
 
 
 HELPER = {}  # name -> its definitions in the package's modules (train: two programs)
-for module in sorted(PACKAGE.glob('*.py')):
+for module in sorted((BOOK / 'data_parallel').glob('*.py')):
     for name, dump in definitions(module.read_text()).items():
         HELPER.setdefault(name, []).append(dump)
-SAVED = [(nb.name, name, dump) for nb in CHAPTERS for cell in saved_cells(nb)
-         for name, dump in definitions(cell).items()]
+SAVED = [(nb.name, name, dump) for nb in CHAPTERS for cell in code_cells(nb)
+         if text(cell).lstrip().startswith('#@save')
+         for name, dump in definitions(text(cell)).items()]
 
 
 def test_chapters_exist_and_save_something():
@@ -58,22 +48,23 @@ def test_chapters_exist_and_save_something():
     assert SAVED, 'no #@save cell found in any chapter'
 
 
-@pytest.mark.parametrize('chapter, name, dump', SAVED, ids=[f'{c}:{n}' for c, n, _ in SAVED])
+@pytest.mark.parametrize('chapter, name, dump', SAVED,
+                         ids=[f'{c}:{n}' for c, n, _ in SAVED])
 def test_saved_definition_matches_helper(chapter, name, dump):
-    assert name in HELPER, f'{chapter} saves {name}, which the package data_parallel does not define'
-    assert dump in HELPER[name], f'{name} in {chapter} differs from the package data_parallel'
-    # later chapters call it as dp.name (private helpers are called by their module only)
+    assert name in HELPER, f'{chapter} saves {name}, which the package does not define'
+    assert dump in HELPER[name], f'{name} in {chapter} differs from the package'
+    # later chapters call it as dp.name (a private helper only through its module)
     assert name.startswith('_') or hasattr(dp, name), f'dp does not export {name}'
 
 
 def test_each_name_is_taught_once():
     names = [name for _, name, _ in SAVED]
-    assert len(names) == len(set(names)), f'saved twice: {sorted(n for n in names if names.count(n) > 1)}'
+    twice = sorted({n for n in names if names.count(n) > 1})
+    assert not twice, f'saved twice: {twice}'
 
 
-@pytest.mark.parametrize('notebook', CHAPTERS, ids=[nb.name for nb in CHAPTERS])
+@pytest.mark.parametrize('notebook', CHAPTERS, ids=NAMES)
 def test_chapter_imports_helper_through_alias(notebook):
-    code = '\n'.join(''.join(c['source']) for c in json.loads(notebook.read_text())['cells']
-                     if c['cell_type'] == 'code')
+    code = '\n'.join(text(cell) for cell in code_cells(notebook))
     assert 'import data_parallel as dp' in code
     assert 'import *' not in code, 'no star imports in chapters'

@@ -9,9 +9,7 @@ import sys
 
 import pytest
 
-import data_parallel as dp
-
-ROOT = dp.repo_root()
+from tests.book.chapters import ROOT
 STANDIN = ROOT / 'tests' / 'standins' / 'no-userns'
 REFUSED = 'unshare: write failed /proc/self/uid_map: Operation not permitted'
 
