@@ -1,21 +1,12 @@
 """Mutation testing: plant each bug the book warns about, and see which checks notice.
 
-A mutation is one textual replacement in a function of the helper package. The function
-lives twice: in its module under book/data_parallel/ and in a chapter's `#@save` cell,
-which tests/book/test_sync.py keeps identical, so the same replacement fits both; it
-must match exactly once in each, or the mutation has rotted and says so. It is applied
-to a copy of book/ (package and chapters) and tests/ in a temporary folder, whose
-package goes first on PYTHONPATH: the unit tests, the notebook kernels and the torchrun
-workers they start all import the copy, not the editable install (pytest and the kernels
-check that).
-
-Two kinds of check run on the mutated copy:
-- the unit tests of the mutated module (pytest);
-- the chapters' own checks, with nbval as `make test` runs it, on the code cells tagged
-  `checks` (with the chapter's setup and #@save cells; a chapter with no such cell runs
-  whole), or on a narrower group a mutation names, tagged `checks-<group>`.
-The unmutated copy's runs are the control: they must pass, or a failure under a
-mutation proves nothing.
+A mutation is one textual replacement, exactly once, in a module of the package and in
+the chapter's `#@save` cell that tests/book/test_sync.py keeps identical to it (else the
+mutation has rotted and says so). It is applied to a copy of book/ and tests/ whose
+package goes first on PYTHONPATH (the runs check that they import it). On each copy run
+the unit tests it names and the chapters' checks (nbval on the cells tagged `checks`,
+or a mutation's `checks-<group>`, with the setup and #@save cells); the unmutated copy
+is the control: it must pass, or a failure under a mutation proves nothing.
 """
 import functools
 import json
@@ -37,9 +28,8 @@ COPIED = ['book', 'tests', '_toc.yml', '_config.yml', 'pytest.ini']
 # (*.egg-info: pip's build metadata, rewritten when a test builds the package)
 SKIPPED = shutil.ignore_patterns('__pycache__', '.ipynb_checkpoints', '_build',
                                  'browser', '*.egg-info')
-SANITIZE = 'tests/nbval_sanitize.cfg'
-NBVAL = ['--nbval', '--nbval-current-env', '--nbval-sanitize-with', SANITIZE,
-         '--nbval-cell-timeout=600']
+NBVAL = ['--nbval', '--nbval-current-env', '--nbval-sanitize-with',
+         'tests/nbval_sanitize.cfg', '--nbval-cell-timeout=600']
 PROBE_FAILED = 97  # exit code of a run that imported the wrong data_parallel
 # JUnit XML writes the escape character of terminal colours as the text '#x1B'
 ANSI = re.compile(r'(\x1b|#x1B)\[[0-9;]*m')
@@ -82,6 +72,10 @@ ZERO1_TEST = SHARD_JOBS + 'test_zero1_from_scratch_equals_ddp[2]'
 ONE_STEP = ((CH6, 'checks-one-step'),)
 # chapter 9's ZeRO-1 job against DDP, and the bytes its jobs put on the sockets
 ZERO1, BYTES = ((CH9, 'checks-zero1'),), ((CH9, 'checks-bytes'),)
+# chapter 11's split layers against one device (the test spawns two processes)
+TP_TEST = ('tests/unit/test_tensor_parallel.py::test_split_layers_equal_one_device_'
+           'in_output_and_gradients[2]',)
+SCHEDULE = ((CH12, 'checks-schedule'),)  # chapter 12's schedules and bubble by formula
 
 MUTATIONS = [
     Mutation('a-get_params-no-copy',
@@ -222,27 +216,23 @@ MUTATIONS = [
              ('tests/unit/test_devices.py::test_cpu_devices_are_one_core_each',),
              (CH6, CH8), saved=False,
              checks=((CH8, 'checks-one-core'),)),
-    # chapter 11: tensor parallelism (its unit test spawns two processes)
+    # chapter 11: tensor parallelism
     Mutation('tp-row-parallel-skips-g',
              'RowParallelLinear adds its partial sum without the all-reduce of g',
              'tensor_parallel.py',
              'return ReduceFromParallel.apply(F.linear(X, self.weight)) + self.bias',
              'return F.linear(X, self.weight) + self.bias',
-             ('tests/unit/test_tensor_parallel.py::test_split_layers_equal_one_device_'
-              'in_output_and_gradients[2]',), (CH11,)),
+             TP_TEST, (CH11,)),
     Mutation('tp-f-backward-skips-all-reduce',
              "f's backward returns this rank's part of the input's gradient: output "
              "and the pair's own gradients stay right",
              'tensor_parallel.py', '        dist.all_reduce(grad)\n', '',
-             ('tests/unit/test_tensor_parallel.py::test_split_layers_equal_one_device_'
-              'in_output_and_gradients[2]',), (CH11,)),
+             TP_TEST, (CH11,)),
     Mutation('tp-conv-gathers-along-batch',
              "channel_parallel_conv joins the ranks' channels along the batch "
              'dimension',
              'tensor_parallel.py', 'return torch.cat(pieces, dim=1)',
-             'return torch.cat(pieces, dim=0)',
-             ('tests/unit/test_tensor_parallel.py::test_split_layers_equal_one_device_'
-              'in_output_and_gradients[2]',), (CH11,)),
+             'return torch.cat(pieces, dim=0)', TP_TEST, (CH11,)),
     # chapter 12: pipeline parallelism
     Mutation('pp-1f1b-runs-all-forwards-first',
              "the '1F1B' order runs every forward before its first backward: GPipe's "
@@ -251,14 +241,12 @@ MUTATIONS = [
              'warmup = min(p - 1 - stage, m)  # forwards in flight before the first',
              'warmup = m  # forwards in flight before the first',
              ('tests/unit/test_pipeline.py::test_gpipe_holds_every_micro_batch_and_'
-              '1f1b_at_most_p[4-4]',), (CH12,),
-             checks=((CH12, 'checks-schedule'),)),
+              '1f1b_at_most_p[4-4]',), (CH12,), checks=SCHEDULE),
     Mutation('pp-bubble-with-p-not-p-minus-1',
              'bubble_fraction counts p idle slots instead of p - 1: p/(m + p)',
              'pipeline.py', 'return (p - 1) / (m + p - 1)', 'return p / (m + p)',
              ('tests/unit/test_pipeline.py::test_bubble_formulas_have_p_minus_1_idle_'
-              'slots',), (CH12,),
-             checks=((CH12, 'checks-schedule'),)),
+              'slots',), (CH12,), checks=SCHEDULE),
     Mutation('pp-loss-not-divided-by-micro-batches',
              "the pipeline job's loss is each micro-batch's mean, not divided by m: "
              'gradients m times too large',
@@ -269,11 +257,6 @@ MUTATIONS = [
               'gradients[2]',), (CH12,), saved=False,
              checks=((CH12, 'checks-grads'),)),
 ]
-
-
-def group_of(chapter, mutation=None):
-    """The tag of the chapter's cells a copy runs: the mutation's own, or checks."""
-    return dict(mutation.checks if mutation else ()).get(chapter, 'checks')
 
 
 def is_saved(cell):
@@ -287,14 +270,10 @@ def source(cell):
 
 
 def select_cells(cells, group='checks'):
-    """Indices of the code cells nbval runs: the group's, or all when none is tagged.
-
-    A selection keeps, in the chapter's order, the setup (code cells before the first
-    `## ` heading), every #@save cell (definitions, quick to run) and the code cells
-    whose metadata tags hold `group`. A chapter without a `checks` cell runs whole; a
-    narrower group that tags nothing, or a selection without an assert, raises
-    HarnessError: the chapter changed, so its tags must.
-    """
+    """Indices of the code cells nbval runs: the setup (before the first `## `
+    heading), the #@save cells and those tagged `group`, in order; all when no cell is
+    tagged `checks`. A narrower group that tags nothing, or tags no assert, raises
+    HarnessError: the chapter changed, so its tags must."""
     code = [i for i, c in enumerate(cells) if c['cell_type'] == 'code']
     tagged = [i for i in code if group in cells[i]['metadata'].get('tags', [])]
     if not tagged and group == 'checks':
@@ -321,10 +300,8 @@ def mutate_text(text, mutation, where):
 
 
 def mutate_chapters(notebooks, mutation):
-    """Apply the mutation to the one #@save cell that holds it; its chapter's name.
-
-    A mutation of a job's code (saved=False) has no such cell: None, once it is sure.
-    """
+    """Apply the mutation to the one #@save cell that holds it; its chapter's name
+    (None for a job's code, saved=False, once sure that no cell holds it)."""
     holders = [(name, cell) for name, nb in notebooks.items() for cell in nb['cells']
                if is_saved(cell) and mutation.old in source(cell)]
     if not mutation.saved and not holders:
@@ -337,19 +314,15 @@ def mutate_chapters(notebooks, mutation):
     return name
 
 
-def probe_cell(book):
-    """A code cell that fails unless the kernel imports data_parallel from book."""
-    code = ('import data_parallel\n'
-            f'assert data_parallel.__file__.startswith({str(book) + os.sep!r}), '
-            'data_parallel.__file__\n')
-    return {'cell_type': 'code', 'execution_count': None, 'metadata': {}, 'outputs': [],
-            'source': code.splitlines(keepends=True)}
-
-
 def trimmed(notebook, group, book):
-    """(a notebook of the probe and the selected code cells, their original indices)."""
+    """(the selected code cells after a probe, their original indices): the probe
+    fails unless the kernel imports data_parallel from book."""
+    probe = ('import data_parallel\n'
+             f'assert data_parallel.__file__.startswith({str(book) + os.sep!r}), '
+             'data_parallel.__file__\n')
     indices = select_cells(notebook['cells'], group)
-    cells = [probe_cell(book)] + [notebook['cells'][i] for i in indices]
+    cells = [{'cell_type': 'code', 'execution_count': None, 'metadata': {},
+              'outputs': [], 'source': probe}, *(notebook['cells'][i] for i in indices)]
     return {**notebook, 'cells': cells}, [None] + indices
 
 
@@ -368,12 +341,29 @@ def make_copy(folder, mutation=None):
     return root
 
 
-def write_notebook(path, notebook):
-    """Write a notebook as Jupyter does (nbformat JSON, one-space indent)."""
-    path.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + '\n')
+def selection(mutation):
+    """{chapter: the tag of the cells a copy runs}: the mutation's own group, or checks."""
+    return {chapter: dict(mutation.checks).get(chapter, 'checks')
+            for chapter in mutation.chapters}
 
 
-def write_chapters(root, chapters, mutation=None):
+def control_copies():
+    """Selections ({chapter: group}) that hold every one a mutation runs, in few copies.
+
+    The control runs each of them unmutated: a narrow group may lack a cell it needs,
+    and would then fail, mutated or not.
+    """
+    copies = []
+    for chapter, group in sorted({pair for mutation in MUTATIONS
+                                  for pair in selection(mutation).items()}):
+        free = next((copy for copy in copies if chapter not in copy), None)
+        if free is None:
+            copies.append(free := {})
+        free[chapter] = group
+    return copies
+
+
+def write_chapters(root, groups, mutation=None):
     """Write each chapter's selection, mutated if asked; {chapter: original indices}."""
     book = root / 'book'
     notebooks = {path.name: json.loads(path.read_text())
@@ -381,16 +371,15 @@ def write_chapters(root, chapters, mutation=None):
     if mutation is not None:  # the whole chapter, in case no selection replaces it
         name = mutate_chapters(notebooks, mutation)
         if name is not None:
-            write_notebook(book / name, notebooks[name])
+            (book / name).write_text(json.dumps(notebooks[name]))
     origins = {}
-    for chapter in chapters:
+    for chapter, group in groups.items():
         if chapter not in notebooks:
             raise HarnessError(f'no chapter {chapter} in book/: '
                                'update tests/mutations/mutations.py')
-        notebook, origins[chapter] = trimmed(notebooks[chapter],
-                                             group_of(chapter, mutation),
+        notebook, origins[chapter] = trimmed(notebooks[chapter], group,
                                              book / 'data_parallel')
-        write_notebook(book / chapter, notebook)
+        (book / chapter).write_text(json.dumps(notebook))
     return origins
 
 
@@ -439,9 +428,10 @@ def failures_in(junit_xml):
     return found
 
 
-def pytest_run(root, args, place, stop_first=False, timeout=1200):
+def pytest_run(root, args, place, stop_first):
     """Run pytest in the copy after checking it imports the copy's package; Outcome."""
-    report = root / f'junit-{place}.xml'
+    slug = place.replace(' ', '-')
+    report = root / f'junit-{slug}.xml'
     book = str(root / 'book' / 'data_parallel') + os.sep
     code = ('import sys, data_parallel, pytest\n'
             f'if not data_parallel.__file__.startswith({book!r}):\n'
@@ -449,12 +439,11 @@ def pytest_run(root, args, place, stop_first=False, timeout=1200):
             f'    sys.exit({PROBE_FAILED})\n'
             'sys.exit(pytest.main(sys.argv[1:]))\n')
     command = [sys.executable, '-c', code, '-q', '-p', 'no:cacheprovider',
-               f'--junitxml={report}', f'--basetemp={root / f"tmp-{place}"}',
+               f'--junitxml={report}', f'--basetemp={root / f"tmp-{slug}"}',
                *(['-x'] if stop_first else []), *args]
     start = time.monotonic()
-    env = environment(root)
-    done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    done = subprocess.run(command, cwd=root, env=environment(root), capture_output=True,
+                          text=True, timeout=1200)
     seconds = time.monotonic() - start
     tail = '\n'.join((done.stdout + done.stderr).strip().splitlines()[-30:])
     if done.returncode not in (0, 1):
@@ -465,9 +454,10 @@ def pytest_run(root, args, place, stop_first=False, timeout=1200):
     return Outcome(place, done.returncode == 1, failures, seconds)
 
 
-def run_chapter(root, chapter, origins, stop_first):
+def run_chapter(root, chapter, group, origins, stop_first):
     """nbval on the chapter's selection; failures named by the original cell index."""
-    outcome = pytest_run(root, [*NBVAL, f'book/{chapter}'], chapter[:2], stop_first)
+    outcome = pytest_run(root, [*NBVAL, f'book/{chapter}'],
+                         f'{group} of {chapter[:-6]}', stop_first)
     named = []
     for test, message in outcome.failures:
         number = int(test.rsplit(' ', 1)[-1])  # nbval names items 'Cell <n>', code only
@@ -475,34 +465,28 @@ def run_chapter(root, chapter, origins, stop_first):
             raise HarnessError(f'{chapter}: the kernel imported another package: '
                                f'{message}')
         named.append((f'cell {origins[number]}', message))
-    outcome.failures, outcome.place = named, f'checks of {chapter[:-6]}'
+    outcome.failures = named
     return outcome
 
 
-def tasks(folder, mutation=None, unit=None, chapters=None):
-    """(label, call) of each check of one (mutated) copy: unit tests, each chapter.
+def tasks(folder, mutation=None, unit=(), groups=None):
+    """(label, call) of each check of one copy: unit tests, each chapter's selection.
 
-    Without a mutation, this is the control: every check must pass. A mutated copy's
-    checks stop at their first failure (-x): one failure is enough to call it caught.
+    Without a mutation, a control copy: the unit tests and groups given. A mutated
+    copy runs its own, and stops each check at its first failure (-x).
     """
-    unit = unit or mutation.unit
-    chapters = chapters or mutation.chapters
+    if mutation is not None:
+        unit, groups = mutation.unit, selection(mutation)
     root = make_copy(folder, mutation)
-    origins = write_chapters(root, chapters, mutation)
+    origins = write_chapters(root, groups, mutation)
     stop_first = mutation is not None
     label = mutation.name if mutation else 'control'
-    found = [(label, functools.partial(unit_run, root, unit, stop_first))]
-    for chapter in chapters:
-        found.append((label, functools.partial(run_chapter, root, chapter,
+    found = [(label, functools.partial(pytest_run, root, list(unit), 'unit tests',
+                                       stop_first))] if unit else []
+    for chapter, group in groups.items():
+        found.append((label, functools.partial(run_chapter, root, chapter, group,
                                                origins[chapter], stop_first)))
     return found
-
-
-def unit_run(root, unit, stop_first):
-    """The unit tests of the mutated module on the copy; Outcome."""
-    outcome = pytest_run(root, list(unit), 'unit', stop_first)
-    outcome.place = 'unit tests'
-    return outcome
 
 
 def run_all(all_tasks, workers=2, report=lambda label, outcome: None):

@@ -87,7 +87,10 @@ def outcomes(tmp_path_factory, request):
     matrix, in order, at the end.
     """
     workers = int(os.environ.get('JOBS') or 1)
-    found = mu.tasks(tmp_path_factory.mktemp('control'), unit=UNIT, chapters=CHAPTERS)
+    found = []
+    for i, groups in enumerate(mu.control_copies()):
+        found += mu.tasks(tmp_path_factory.mktemp(f'control{i}'),
+                          unit=UNIT if i == 0 else (), groups=groups)
     for mutation in mu.MUTATIONS:
         found += mu.tasks(tmp_path_factory.mktemp(mutation.name), mutation)
 
