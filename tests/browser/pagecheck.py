@@ -70,10 +70,7 @@ def serve(directory):
 
 @contextlib.contextmanager
 def chromium(user_data_dir, env=None):
-    """A headless Chromium under chromedriver, with a fresh profile; always quit.
-
-    env: variables added to the browser's environment (FONTCONFIG_FILE, to hide fonts).
-    """
+    """Headless Chromium under chromedriver, fresh profile, `env` added; always quit."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -111,9 +108,7 @@ def _reap(marker, timeout=10):
                 if marker.encode() in (proc / 'cmdline').read_bytes():
                     pids.append(int(proc.name))
         return pids
-    end = time.monotonic() + timeout
-    while ours() and time.monotonic() < end:
-        time.sleep(0.1)
+    _wait(lambda: not ours(), timeout, step=0.1)
     for pid in ours():
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
@@ -256,24 +251,16 @@ def removed_snippets(notebook_path, min_len=12):
 
 
 # ------------------------------------------------------------------ links and anchors
-class _Anchors(html.parser.HTMLParser):
-    """Collects the ids (and <a name>s) of a page: what a #fragment can point to."""
-
-    def __init__(self):
-        super().__init__()
-        self.ids = set()
-
-    def handle_starttag(self, tag, attrs):
-        self.ids.update(value for name, value in attrs
-                        if value and (name == 'id' or (tag == 'a' and name == 'name')))
-
-
 @functools.lru_cache(maxsize=None)
 def anchors_of(path):
-    """The anchors of the HTML file `path`."""
-    parser = _Anchors()
+    """The ids and <a name>s of the HTML file `path`: what a #fragment points to."""
+    ids = set()
+    parser = html.parser.HTMLParser()
+    parser.handle_starttag = lambda tag, attrs: ids.update(
+        value for name, value in attrs
+        if value and (name == 'id' or (tag == 'a' and name == 'name')))
     parser.feed(Path(path).read_text(encoding='utf-8', errors='replace'))
-    return frozenset(parser.ids)
+    return frozenset(ids)
 
 
 def internal_link_problems(html_root, page_rel, hrefs):
@@ -347,9 +334,9 @@ return facts;
 """
 
 
-def check_page(driver, base_url, html_root, rel, forbidden=(), shot=None):
+def check_page(driver, base_url, html_root, rel, forbidden=()):
     """Open `rel` (a path under html_root): the problems a reader would hit there."""
-    # forbidden: text of removed cells; shot: where to save a full-page PNG, or None
+    # forbidden: text of removed cells
     mathjax, redirected = load(driver, urljoin(base_url, rel))
     facts = _run(driver, _PAGE_FACTS_JS, sorted(PLAIN_LEXERS))
     problems = []
@@ -385,54 +372,39 @@ def check_page(driver, base_url, html_root, rel, forbidden=(), shot=None):
                  for snippet in forbidden if snippet in text]
     problems += [f"solution shown without a click ({box['kind']}): {box['text']!r}"
                  for box in facts['solutions'] if box['open']]
-    if shot:
-        screenshot(driver, shot)
     return problems
 
 
 # -------------------------------------------------------------------------- solutions
-def _click_open(driver, box, opened_js):
-    """Click the title of `box` from script; whether `opened_js` holds within 5 s."""
-    # from script: the title may sit deep in a long page, where chromedriver's own
-    # scrolling can leave it under the sticky header
+def open_solution(driver, with_code=False, shot=None):
+    """Click the first collapsed solution (with code, if with_code): None if there is
+    none, else whether what it holds (its code) shows; if so, the window to `shot`."""
+    # a written solution first, then a hidden solution cell, then any collapsed cell
+    box = driver.execute_script(r"""
+      const dropdowns = Array.from(document.querySelectorAll('.admonition.dropdown'));
+      if (arguments[0])
+        return dropdowns.find(box => box.querySelector('div.cell .cell_input pre')) ||
+               null;
+      return dropdowns[0] || document.querySelector('.tag_hide-cell details.hide') ||
+             document.querySelector('details.hide');""", with_code)
+    if box is None:
+        return None
+    # clicked from script: the title may sit deep in a long page, where chromedriver's
+    # own scrolling can leave it under the sticky header
     driver.execute_script(r"""
       const title = arguments[0].querySelector(
         ':scope > .admonition-title, :scope > summary');
       title.scrollIntoView({block: 'center'}); title.click(); title.blur();""", box)
-    return bool(_until(driver, opened_js, box, timeout=5))
-
-
-def open_first_solution(driver):
-    """Click the first collapsed solution: its kind, False if it stays shut, None."""
-    # a written solution first, then a hidden solution cell, then any collapsed cell
-    box = driver.execute_script(r"""
-      return document.querySelector('.admonition.dropdown') ||
-             document.querySelector('.tag_hide-cell details.hide') ||
-             document.querySelector('details.hide');""")
-    if box is None:
-        return None
-    opened = _click_open(driver, box, r"""
-      return Array.from(arguments[0].children).some(c => c.textContent.trim() &&
-        !c.matches('summary, .admonition-title') && visible(c));""")
+    opened = bool(_until(driver, r"""
+      const [box, withCode] = arguments;
+      const held = withCode ? [box.querySelector('div.cell .cell_input pre')] :
+        Array.from(box.children).filter(c => !c.matches('summary, .admonition-title'));
+      return held.some(c => c.textContent.trim() && visible(c));""",
+                         box, with_code, timeout=5))
     time.sleep(0.4)                                    # the opening animation
-    if not opened:
-        return False
-    return 'hide-cell' if box.tag_name.lower() == 'details' else 'dropdown'
-
-
-def open_solution_with_code(driver, shot=None):
-    """Open the first solution with code: None if none, else whether its code shows."""
-    box = driver.execute_script(r"""
-      return Array.from(document.querySelectorAll('.admonition.dropdown')).find(box =>
-        box.querySelector('div.cell .cell_input pre')) || null;""")
-    if box is None:
-        return None
-    opened = _click_open(driver, box, r"""
-      const pre = arguments[0].querySelector('div.cell .cell_input pre');
-      return visible(pre) && pre.textContent.trim().length > 0;""")
     if opened and shot:        # the window, the box at its top (element shots time out)
-        driver.execute_script("arguments[0].scrollIntoView({block: 'start'})", box)
-        time.sleep(0.4)                                    # the opening animation
+        driver.execute_script(
+            "arguments[0].scrollIntoView({block: 'start', behavior: 'instant'})", box)
         Path(shot).parent.mkdir(parents=True, exist_ok=True)
         driver.save_screenshot(str(shot))
     return opened
@@ -616,18 +588,16 @@ return Array.from(document.querySelectorAll('article.bd-article pre, main pre'))
 """
 
 
-def code_width_problems(driver, allowed=(), max_columns=MAX_COLUMNS):
-    """Code cells, outputs and blocks with a line over `max_columns` columns."""
-    # allowed: first lines (prefixes) of cells whose width is accepted on purpose
+def code_width_problems(driver):
+    """Code cells, outputs and blocks with a line over MAX_COLUMNS columns."""
     problems = []
     for block in driver.execute_script(_CODE_JS):
         # in a monospace font, a tab reaches the next multiple of 8 columns
         lines = [line.expandtabs(8) for line in block['text'].rstrip('\n').split('\n')]
         widest = max(lines, key=len)
-        first = block['first'][:70]
-        if len(widest) > max_columns and not first.startswith(tuple(allowed)):
-            problems.append(f"{block['kind']} wider than {max_columns} columns "
-                            f"({len(widest)}): cell {first!r}; "
+        if len(widest) > MAX_COLUMNS:
+            problems.append(f"{block['kind']} wider than {MAX_COLUMNS} columns "
+                            f"({len(widest)}): cell {block['first'][:70]!r}; "
                             f'line {widest.strip()[:60]!r}...')
     return problems
 
@@ -675,8 +645,8 @@ def cjk_glyph_problems(driver):
     chars = ''.join(found['chars'])
     if found['tofu'] or (len(found['chars']) > 1 and found['shapes'] == 1):
         tofu = ''.join(found['tofu']) or chars
-        return [f'Chinese text drawn without glyphs: {tofu!r} look like U+0378, which no '
-                'font has (or all alike): no CJK font? `make chromium` installs '
+        return [f'Chinese text drawn without glyphs: {tofu!r} look like U+0378, which '
+                'no font has (or all alike): no CJK font? `make chromium` installs '
                 'fonts-wqy-microhei']
     return []
 

@@ -100,7 +100,7 @@ def problems_of(browser, site, name, html):
 
 def test_intact_page_passes_and_its_solution_opens(browser, site):
     assert problems_of(browser, site, 'good.html', PAGE) == []
-    assert pagecheck.open_first_solution(browser) == 'hide-cell'
+    assert pagecheck.open_solution(browser) is True
 
 
 @pytest.mark.parametrize('defect', sorted(DEFECTS))
@@ -209,33 +209,33 @@ for (const box of document.querySelectorAll('.dropdown')) {
     solution=SOLUTION_CODE, figure=FIGURE_INPUT, alt=ALT)
 
 
-# defect: (check, what it must report, text of CODE_PAGE, what replaces it)
+# defect: (what code_problems must report, text of CODE_PAGE, what replaces it)
 CODE_DEFECTS = {
-    'wide-code': (pagecheck.code_width_problems, 'code cell wider than 88',
-                  'x</pre>', 'xz</pre>'),
-    'wide-output': (pagecheck.code_width_problems, 'output wider than 88',
-                    'loss 0.25', 'o' * 89),
-    'split-solution': (pagecheck.solution_problems,
-                       'Solution to exercise 1: split in two',
-                       SOLUTION_CODE + '</div>',
+    'wide-code': ('code cell wider than 88', 'x</pre>', 'xz</pre>'),
+    'wide-output': ('output wider than 88', 'loss 0.25', 'o' * 89),
+    'split-solution': ('Solution to exercise 1: split in two', SOLUTION_CODE + '</div>',
                        '</div><div class="cell tag_hide-cell">'
                        + HIDDEN.format('content', SOLUTION_CODE) + '</div>'),
-    'figure-alt-file-name': (pagecheck.alt_text_problems, 'alt text is a file name',
-                             ALT, '../_images/1f3a9c.png'),
-    'figure-no-alt': (pagecheck.alt_text_problems, 'figure without alt text', ALT, ''),
-    'figure-toggle': (pagecheck.authoring_mark_problems,
-                      "'Show code cell source' toggle",
-                      FIGURE_INPUT, HIDDEN.format('source', FIGURE_INPUT)),
-    'noqa': (pagecheck.authoring_mark_problems, 'linter mark in the code',
-             'import torch\n', 'import torch  # noqa: E402\n'),
-    'small-figure': (lambda d: pagecheck.figure_size_problems(d, 400),
-                     'figure shown 120 px wide', '<img ', '<img style="width: 120px" '),
+    'figure-alt-file-name': ('alt text is a file name', ALT, '../_images/1f3a9c.png'),
+    'figure-no-alt': ('figure without alt text', ALT, ''),
+    'figure-toggle': ("'Show code cell source' toggle", FIGURE_INPUT,
+                      HIDDEN.format('source', FIGURE_INPUT)),
+    'noqa': ('linter mark in the code', 'torch\n', 'torch  # noqa: E402\n'),
+    'small-figure': ('figure shown 120 px wide', '<img ', '<img style="width: 120px" '),
 }
 
 
 def code_page(defect):
     """CODE_PAGE with `defect` of CODE_DEFECTS."""
-    return broken(CODE_PAGE, *CODE_DEFECTS[defect][2:])
+    return broken(CODE_PAGE, *CODE_DEFECTS[defect][1:])
+
+
+def code_problems(browser):
+    """What the checks of code, solutions, figures and authoring marks find."""
+    checks = (pagecheck.code_width_problems, pagecheck.solution_problems,
+              pagecheck.alt_text_problems, pagecheck.authoring_mark_problems,
+              lambda driver: pagecheck.figure_size_problems(driver, 400))
+    return [problem for check in checks for problem in check(browser)]
 
 
 def open_page(browser, site, name, html, width=pagecheck.DESKTOP):
@@ -252,9 +252,8 @@ def test_intact_screens_pass(browser, site, width):
     assert pagecheck.navigation_problems(browser) == []
     assert pagecheck.wide_element_problems(browser) == []
     open_page(browser, site, 'code-good.html', CODE_PAGE, width)
-    for check, *_ in CODE_DEFECTS.values():
-        assert check(browser) == []
-    assert pagecheck.open_solution_with_code(browser) is True
+    assert code_problems(browser) == []
+    assert pagecheck.open_solution(browser, with_code=True) is True
 
 
 @pytest.mark.parametrize('defect', sorted(NAV_DEFECTS))
@@ -276,24 +275,22 @@ def test_element_wider_than_a_phone_is_caught(browser, site):
 
 @pytest.mark.parametrize('defect', sorted(CODE_DEFECTS))
 def test_each_code_and_figure_defect_is_caught(browser, site, defect):
-    check, phrase, *_ = CODE_DEFECTS[defect]
+    phrase = CODE_DEFECTS[defect][0]
     open_page(browser, site, f'code-{defect}.html', code_page(defect))
-    problems = check(browser)
+    problems = code_problems(browser)
     assert any(phrase in p for p in problems), problems
 
 
-def test_wide_code_names_its_cell_and_can_be_allowed(browser, site):
+def test_wide_code_names_its_cell(browser, site):
     open_page(browser, site, 'code-wide-code.html', code_page('wide-code'))
     problems = pagecheck.code_width_problems(browser)
-    assert len(problems) == 1 and "cell 'import torch'" in problems[0], problems
-    assert "(89)" in problems[0]
-    assert pagecheck.code_width_problems(browser, allowed=['import torch']) == []
+    assert len(problems) == 1 and "(89): cell 'import torch'" in problems[0], problems
 
 
 def test_solution_that_does_not_open_is_caught(browser, site):
     html = broken(CODE_PAGE, 'title.addEventListener', '// title.addEventListener')
     open_page(browser, site, 'code-dead-solution.html', html)
-    assert pagecheck.open_solution_with_code(browser) is False
+    assert pagecheck.open_solution(browser, with_code=True) is False
 
 
 def test_code_cut_on_a_phone_is_caught(browser, site):

@@ -1,20 +1,15 @@
 """The whole book as one PDF (_build/pdf/book.pdf), read back with pypdf: a sane number
 of pages, every chapter on a page of its own under its title, the figures embedded as
-images, the math typeset by MathJax.
-
-`make pdf` writes the PDF (tools/make_pdf.py), then runs this file (`make browser-check`
-leaves it out). Run alone where there is no PDF, or one older than the book's sources,
-each test skips with one line that says to run `make pdf`.
-"""
+images, the math typeset by MathJax. `make pdf` writes the PDF (tools/make_pdf.py), then
+runs this file; without a PDF, or with one older than the book, each test skips."""
 import json
 import re
 import unicodedata
-from pathlib import Path
 
 import pypdf
 import pytest
 
-from tests.browser.test_browser_book_pages import ROOT, toc_files
+from tests.browser.test_browser_book_pages import BUILD, ROOT, toc_files
 from tools import reader_copies
 from tools.reader_copies import title
 
@@ -38,6 +33,7 @@ def chapters():
 
 
 def cells(notebook, kind):
+    """The notebook's cells of `kind` (code, markdown)."""
     cells = json.loads(notebook.read_text(encoding='utf-8'))['cells']
     return [cell for cell in cells if cell['cell_type'] == kind]
 
@@ -50,8 +46,8 @@ def figure_captions(notebook):
 
 
 @pytest.fixture(scope='module')
-def pdf(build_dir):
-    path = build_dir / 'pdf' / 'book.pdf'
+def pdf():
+    path = BUILD / 'pdf' / 'book.pdf'
     sources = [ROOT / '_toc.yml', ROOT / '_config.yml', ROOT / 'tools' / 'make_pdf.py']
     sources += [ROOT / f'{doc}{ext}' for doc in toc_files() for ext in ('.md', '.ipynb')
                 if (ROOT / f'{doc}{ext}').exists()]
@@ -153,8 +149,8 @@ def test_the_math_is_typeset(pdf, texts, starts):
 
 
 def test_the_chinese_page_is_drawn_with_cjk_glyphs(texts):
-    """Its headings are in the PDF's text: Chromium without a CJK font draws boxes, which
-    carry no text (hiding the font with FONTCONFIG_FILE leaves none of them)."""
+    """Its headings are in the PDF's text (without a CJK font, Chromium draws boxes,
+    which carry no text)."""
     page = (ROOT / 'book' / 'zh.md').read_text(encoding='utf-8')
     headings = [squash(h) for h in re.findall(r'^## (.+)$', page, re.MULTILINE)]
     book = ''.join(texts)
