@@ -36,6 +36,11 @@ def test_mutations_and_selections_still_apply():
         for chapter, group in mutation.checks:  # its own part of a chapter
             assert chapter in mutation.chapters, (mutation.name, chapter)
             assert mu.select_cells(notebooks[chapter]['cells'], group)
+    used = {group for m in mu.MUTATIONS for _, group in m.checks}
+    tagged = {(name, tag) for name, nb in notebooks.items() for cell in nb['cells']
+              for tag in cell['metadata'].get('tags', []) if tag.startswith('checks-')}
+    unused = sorted((name, tag) for name, tag in tagged if tag not in used)
+    assert not unused, f'groups that no mutation runs (untag them): {unused}'
 
 
 def test_selection_follows_the_tags_and_rejects_a_group_without_checks():
