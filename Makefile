@@ -31,9 +31,9 @@ STAMP  := $(VENV)/.installed
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
           --nbval-cell-timeout=900
 # Tests and chapters run JOBS at a time (pytest-xdist; each file whole on one worker, so
-# its tests and cells stay in order on one kernel). JOBS=1: one at a time. xdist starts
-# the files with the most tests first; conftest.py puts chapter 7 on chapter 6's worker,
-# after it: chapter 7 compares DDP with the runs chapter 6 stores. Three on two cores:
+# its tests and cells stay in order on one kernel). JOBS=1: one at a time. conftest.py
+# starts chapter 6 first, then chapter 7 on its worker (it compares DDP with the runs
+# chapter 6 stores), the other files by their number of tests. Three on two cores:
 # a file that waits (on a throttled wire, a process starting) leaves its core to others.
 JOBS   ?= 3
 XDIST  := $(if $(filter-out 0 1,$(JOBS)),-n $(JOBS) --dist loadfile)

@@ -5,11 +5,14 @@ because it reads the runs chapter 6 stores (before them it finds none, trains ag
 import pytest
 
 SAME_WORKER = {'book/07_distributed_data_parallel.ipynb': 'book/06_training.ipynb'}
+# The longest chain of work (chapter 6's ten-epoch runs, then chapter 7) starts first:
+# queued by its number of cells, it could wait behind larger files, then run on alone
+FIRST = 'book/06_training.ipynb'
 
 
 @pytest.hookimpl(optionalhook=True)  # a run without xdist (-p no:xdist) knows no such hook
 def pytest_xdist_make_scheduler(config, log):
-    """loadfile's scheduler, with chapter 7 in chapter 6's unit of work."""
+    """loadfile's scheduler, with chapter 7 in chapter 6's unit of work, sent first."""
     if config.getvalue('dist') != 'loadfile':
         return None  # xdist's own (the browser check spreads its pages one by one)
     from xdist.scheduler import LoadFileScheduling
@@ -18,4 +21,9 @@ def pytest_xdist_make_scheduler(config, log):
         def _split_scope(self, nodeid):
             path = super()._split_scope(nodeid)
             return SAME_WORKER.get(path, path)
+
+        def _assign_work_unit(self, node):
+            if FIRST in self.workqueue:
+                self.workqueue.move_to_end(FIRST, last=False)
+            super()._assign_work_unit(node)
     return Chapters(config, log)

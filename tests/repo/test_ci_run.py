@@ -137,10 +137,18 @@ config = _prepareconfig(['--tx', '2*popen', '--dist', 'loadfile', 'book'])
 scheduler = config.hook.pytest_xdist_make_scheduler(config=config, log=Producer('t'))
 for nodeid in sys.argv[1:]:
     print(nodeid, '->', scheduler._split_scope(nodeid))
+# the first unit of work a worker gets, of two files queued before chapter 6
+sent, ids = [], sys.argv[1:]
+node = type('Node', (), {'send_runtest_some': lambda self, indexes: sent.extend(indexes)})()
+scheduler.registered_collections = {node: ids}
+for nodeid in ids[2:] + ids[:1]:
+    scheduler.workqueue[scheduler._split_scope(nodeid)] = {nodeid: False}
+scheduler._assign_work_unit(node)
+print('first:', *[ids[i] for i in sent])
 '''
 
 
-def test_chapter_7_shares_chapter_6s_worker_and_every_other_file_has_its_own():
+def test_chapter_6_starts_first_chapter_7_shares_its_worker_other_files_their_own():
     six, seven = 'book/06_training.ipynb', 'book/07_distributed_data_parallel.ipynb'
     one, unit = 'book/01_splitting_the_problem.ipynb', 'tests/unit/test_devices.py'
     ids = [f'{six}::Cell 9', f'{seven}::Cell 6', f'{one}::Cell 0', f'{unit}::t[2]']
@@ -149,4 +157,5 @@ def test_chapter_7_shares_chapter_6s_worker_and_every_other_file_has_its_own():
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines() == [
         f'{six}::Cell 9 -> {six}', f'{seven}::Cell 6 -> {six}',
-        f'{one}::Cell 0 -> {one}', f'{unit}::t[2] -> {unit}'], done.stdout
+        f'{one}::Cell 0 -> {one}', f'{unit}::t[2] -> {unit}',
+        f'first: {six}::Cell 9'], done.stdout
