@@ -5,12 +5,9 @@ because it reads the runs chapter 6 stores (before them it finds none, trains ag
 import pytest
 
 SAME_WORKER = {'book/07_distributed_data_parallel.ipynb': 'book/06_training.ipynb'}
-# The longest chain of work (chapter 6's ten-epoch runs, then chapter 7) starts first:
-# queued by its number of cells, it could wait behind larger files, then run on alone
-FIRST = 'book/06_training.ipynb'
 
 
-@pytest.hookimpl(optionalhook=True)  # a run without xdist (-p no:xdist) knows no such hook
+@pytest.hookimpl(optionalhook=True)  # without xdist (-p no:xdist) no such hook exists
 def pytest_xdist_make_scheduler(config, log):
     """loadfile's scheduler, with chapter 7 in chapter 6's unit of work, sent first."""
     if config.getvalue('dist') != 'loadfile':
@@ -23,7 +20,11 @@ def pytest_xdist_make_scheduler(config, log):
             return SAME_WORKER.get(path, path)
 
         def _assign_work_unit(self, node):
-            if FIRST in self.workqueue:
-                self.workqueue.move_to_end(FIRST, last=False)
+            # The longest chain of work (chapter 6's ten-epoch runs, then chapter 7)
+            # first: queued by its number of cells, it could wait behind larger files,
+            # then run on alone
+            for head in SAME_WORKER.values():
+                if head in self.workqueue:
+                    self.workqueue.move_to_end(head, last=False)
             super()._assign_work_unit(node)
     return Chapters(config, log)

@@ -1,4 +1,4 @@
-"""Shared fixtures. The helper package is installed (`pip install -e .`), not put on a path."""
+"""Shared fixtures. The helper package is installed (`pip install -e .`), not on a path."""
 import os
 import shutil
 import subprocess
@@ -35,7 +35,8 @@ def throttle():
 # policy, pinned memory, NCCL, snapshots of cuda tensors): `make gpu-check` runs these
 # on the GPU (pytest -m cuda), the rest of the suite runs the same there as here.
 CUDA_PATH = ('unit/test_devices.py', 'unit/test_scratch.py', 'unit/test_data.py',
-             'unit/test_models.py', 'unit/test_train_ddp.py', 'unit/test_performance.py',
+             'unit/test_models.py', 'unit/test_train_ddp.py',
+             'unit/test_performance.py',
              'unit/test_snapshots_cpu.py', 'jobs/test_ddp.py')
 
 
@@ -125,14 +126,16 @@ def left_after(marker, seconds=60):
 
 @pytest.fixture(scope='session')
 def leftovers():
-    """left_after: what a job left running, after up to 60 s (a test's tmp_path marks it)."""
+    """left_after: what a job left running, after up to 60 s (marked by its tmp_path)."""
     return left_after
 
 
 @pytest.fixture
 def store_port():
-    """The port of a TCPStore this test's process holds open: its spawned ranks meet
-    there, and no other job can take it meanwhile, as it can a port found free first."""
+    """The port of a TCPStore this test's process holds open, where its ranks meet.
+
+    No other job can take the port meanwhile, as it can a port found free first.
+    """
     import torch.distributed as dist
     store = dist.TCPStore('127.0.0.1', 0, is_master=True, wait_for_workers=False)
     yield store.port
@@ -141,8 +144,11 @@ def store_port():
 
 @pytest.fixture(scope='session')
 def spawn():
-    """mp.start_processes with join=True, within a limit: a rank that waits forever in a
-    collective fails the test after `timeout` s instead of hanging pytest."""
+    """mp.start_processes with join=True, within a time limit.
+
+    A rank that waits forever in a collective fails the test after `timeout` s
+    instead of hanging pytest.
+    """
     import torch.multiprocessing as mp
 
     def run(worker, args, nprocs, timeout=300):

@@ -76,7 +76,8 @@ def chapters():
     it has no parts); a page of an unnumbered part (book/zh.md) is none of them.
     """
     toc = yaml.safe_load((ROOT / '_toc.yml').read_text(encoding='utf-8'))
-    parts = toc.get('parts') or [{**toc.get('options', {}), 'chapters': toc['chapters']}]
+    parts = (toc.get('parts')
+             or [{**toc.get('options', {}), 'chapters': toc['chapters']}])
     files = [entry['file'] for part in parts if part.get('numbered')
              for entry in part['chapters']]
     return {ROOT / f'{file}.ipynb': number for number, file in enumerate(files, start=1)

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from tests.book.chapters import ROOT
+from tests.chapters import ROOT
 
 
 @pytest.fixture(scope='session')

@@ -16,7 +16,7 @@ import re
 
 import pytest
 
-from tests.book.chapters import CHAPTERS, NAMES, load, python, text
+from tests.chapters import CHAPTERS, NAMES, load, python, text
 
 TEXT_KEY = re.compile(r'\{glue(?::[a-z]+)?\}`([^`:]+)(?::[^`]*)?`'
                       r'|\{glue:[a-z]+\}\s+([A-Za-z_][\w]*)')

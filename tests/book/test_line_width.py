@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.book.chapters import CHAPTERS, NAMES, load, text
+from tests.chapters import CHAPTERS, NAMES, load, text
 
 MAX_COLUMNS = 88
 FENCED = re.compile(r'^```python\n(.*?)^```$', re.MULTILINE | re.DOTALL)

@@ -9,7 +9,7 @@ import ast
 
 import pytest
 
-from tests.book.chapters import BOOK, CHAPTERS, FENCE, load, text
+from tests.chapters import BOOK, CHAPTERS, FENCE, load, text
 
 
 def definition_source(path, name):

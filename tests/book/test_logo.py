@@ -1,7 +1,7 @@
 """The logo is drawn by code: book/logo.svg is exactly what tools/make_logo.py draws."""
 import xml.etree.ElementTree as ET
 
-from tests.book.chapters import BOOK
+from tests.chapters import BOOK
 from tools import make_logo
 
 

@@ -5,7 +5,7 @@ import sys
 import nbformat
 import pytest
 
-from tests.book.chapters import ROOT
+from tests.chapters import ROOT
 
 pytestmark = pytest.mark.slow  # each test starts nbval and a kernel
 

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from tests.book.chapters import BOOK, CHAPTERS, load, text
+from tests.chapters import BOOK, CHAPTERS, load, text
 
 # a decimal, a percentage, or "N x"/"Nx" written as a ratio (1.6x); 2 x 3 is arithmetic
 NUMBER = re.compile(r'(?<![\w.])(\d[\d,]*\.\d+(?![\w.])|\d[\d,]*(?:\.\d+)?\s?%'

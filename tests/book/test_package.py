@@ -23,7 +23,7 @@ import yaml
 
 import data_parallel as dp
 from data_parallel.launch import free_port
-from tests.book.chapters import (CHAPTERS, NAMES, ROOT, VERSION, code_cells, load,
+from tests.chapters import (CHAPTERS, NAMES, ROOT, VERSION, code_cells, load,
                                  text)
 
 SYS_PATH = 'sys' + '.path'  # spelled apart, so that this file does not find itself

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from book._ext import book_html_fixes as fixes
-from tests.book.chapters import (CHAPTERS, FENCE, NAMES, ROOT, VERSION, load, python,
+from tests.chapters import (CHAPTERS, FENCE, NAMES, ROOT, VERSION, load, python,
                                  text)
 from tools import reader_copies
 

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from tests.book.chapters import ROOT
+from tests.chapters import ROOT
 
 
 def fake_python(folder, version):

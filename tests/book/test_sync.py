@@ -10,7 +10,7 @@ import ast
 import pytest
 
 import data_parallel as dp
-from tests.book.chapters import BOOK, CHAPTERS, NAMES, code_cells, text
+from tests.chapters import BOOK, CHAPTERS, NAMES, code_cells, text
 
 
 class DropHelperPrefix(ast.NodeTransformer):

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.book.chapters import ROOT
+from tests.chapters import ROOT
 STANDIN = ROOT / 'tests' / 'standins' / 'no-userns'
 REFUSED = 'unshare: write failed /proc/self/uid_map: Operation not permitted'
 

@@ -2,10 +2,8 @@
 would see it: the checks of pagecheck (CONTRIBUTING.md lists them), the buttons and
 figures a chapter page needs, the front matter, and on every screen (a phone, a laptop)
 the buttons, menus and solutions at work. Run by `make browser-check` after `make book`;
-screenshots go to _build/screenshots/. BOOK_ROOT / BOOK_BUILD_DIR point it at another
-book or build.
+screenshots go to _build/screenshots/.
 """
-import json
 import os
 import re
 import tomllib
@@ -14,10 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests import chapters
 from tests.browser import pagecheck
+from tests.browser.book import BUILD, ROOT, toc_files
 
-ROOT = Path(os.environ.get('BOOK_ROOT', Path(__file__).resolve().parents[2])).resolve()
-BUILD = Path(os.environ.get('BOOK_BUILD_DIR', ROOT / '_build')).resolve()
 HTML = BUILD / 'html'
 SHOTS = BUILD / 'screenshots'
 PLACEHOLDERS = ('My Jupyter Book', 'The Jupyter Book community', 'executablebooks')
@@ -27,22 +25,6 @@ FIT_ON_PHONE = ('book/intro.html',)
 
 def config():
     return yaml.safe_load((ROOT / '_config.yml').read_text(encoding='utf-8'))
-
-
-def files_in(node):
-    """The `file` entries under a node of _toc.yml, in reading order."""
-    if isinstance(node, list):
-        return [file for item in node for file in files_in(item)]
-    if isinstance(node, dict):
-        own = [node['file']] if 'file' in node else []
-        return own + files_in(list(node.values()))
-    return []
-
-
-def toc_files():
-    """The documents of _toc.yml, in reading order (root first)."""
-    toc = yaml.safe_load((ROOT / '_toc.yml').read_text(encoding='utf-8'))
-    return [re.sub(r'\.(md|ipynb)$', '', f) for f in [toc['root']] + files_in(toc)]
 
 
 def notebooks():
@@ -144,7 +126,7 @@ def figure_problems(driver, nb):
       return Array.from(document.querySelectorAll('figure')).map(f => ({
         id: f.id, caption: (f.querySelector('figcaption') || {}).textContent || '',
         img: !!f.querySelector('img')}));""")}
-    for cell in json.loads(nb.read_text(encoding='utf-8'))['cells']:
+    for cell in chapters.load(nb)['cells']:
         mystnb = cell.get('metadata', {}).get('mystnb', {})
         if 'figure' not in mystnb:
             continue

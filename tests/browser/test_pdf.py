@@ -2,14 +2,14 @@
 of pages, every chapter on a page of its own under its title, the figures embedded as
 images, the math typeset by MathJax. `make pdf` writes the PDF (tools/make_pdf.py), then
 runs this file; without a PDF, or with one older than the book, each test skips."""
-import json
 import re
 import unicodedata
 
 import pypdf
 import pytest
 
-from tests.browser.test_browser_book_pages import BUILD, ROOT, toc_files
+from tests.browser.book import BUILD, ROOT, toc_files
+from tests.chapters import load, text
 from tools import reader_copies
 from tools.reader_copies import title
 
@@ -34,7 +34,7 @@ def chapters():
 
 def cells(notebook, kind):
     """The notebook's cells of `kind` (code, markdown)."""
-    cells = json.loads(notebook.read_text(encoding='utf-8'))['cells']
+    cells = load(notebook)['cells']
     return [cell for cell in cells if cell['cell_type'] == kind]
 
 
@@ -120,7 +120,7 @@ def test_the_figures_are_embedded_as_images(pdf, texts):
 
 def has_math(notebook):
     """Whether the chapter's Markdown holds math (outside fenced code)."""
-    markdown = '\n'.join(''.join(c['source']) for c in cells(notebook, 'markdown'))
+    markdown = '\n'.join(text(c) for c in cells(notebook, 'markdown'))
     return bool(MATH.search(re.sub(r'```.*?```', '', markdown, flags=re.DOTALL)))
 
 

@@ -21,6 +21,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests import chapters
+
 # the checkout this file lies in (tests/mutations/): what the copies are made of
 ROOT = Path(__file__).resolve().parents[2]
 # _toc.yml: repo_root() needs it, so that jobs in the copy run and write in the copy
@@ -261,19 +263,18 @@ MUTATIONS = [
 
 def is_saved(cell):
     """Whether a cell is a code cell whose first line is #@save."""
-    return cell['cell_type'] == 'code' and source(cell).lstrip().startswith('#@save')
-
-
-def source(cell):
-    """A cell's source as one string (notebooks store it as a list of lines)."""
-    return ''.join(cell['source'])
+    return (cell['cell_type'] == 'code'
+            and chapters.text(cell).lstrip().startswith('#@save'))
 
 
 def select_cells(cells, group='checks'):
-    """Indices of the code cells nbval runs: the setup (before the first `## `
-    heading), the #@save cells and those tagged `group`, in order; all when no cell is
-    tagged `checks`. A narrower group that tags nothing, or tags no assert, raises
-    HarnessError: the chapter changed, so its tags must."""
+    """Indices of the code cells a copy runs, in order.
+
+    They are the setup (before the first `## ` heading), the #@save cells and those
+    tagged `group`; all of them when no cell is tagged `checks`. A narrower group that
+    tags nothing, or tags no assert, raises HarnessError: the chapter changed, so its
+    tags must.
+    """
     code = [i for i, c in enumerate(cells) if c['cell_type'] == 'code']
     tagged = [i for i in code if group in cells[i]['metadata'].get('tags', [])]
     if not tagged and group == 'checks':
@@ -281,11 +282,11 @@ def select_cells(cells, group='checks'):
     if not tagged:
         raise HarnessError(f'no code cell is tagged {group!r}: tag the cells that '
                            'catch the mutation (tests/mutations/mutations.py)')
-    if not any('assert' in source(cells[i]) for i in tagged):
+    if not any('assert' in chapters.text(cells[i]) for i in tagged):
         raise HarnessError(f'the cells tagged {group!r} hold no assert, so none can '
                            'fail: tag the hidden checks after them too')
     heading = next((i for i, c in enumerate(cells) if c['cell_type'] == 'markdown'
-                    and source(c).startswith('## ')), len(cells))
+                    and chapters.text(c).startswith('## ')), len(cells))
     keep = {i for i in code if i < heading or is_saved(cells[i])}
     return sorted(keep | set(tagged))
 
@@ -300,23 +301,28 @@ def mutate_text(text, mutation, where):
 
 
 def mutate_chapters(notebooks, mutation):
-    """Apply the mutation to the one #@save cell that holds it; its chapter's name
-    (None for a job's code, saved=False, once sure that no cell holds it)."""
+    """Apply the mutation to the one #@save cell that holds it; its chapter's name.
+
+    None for a job's code (saved=False), once sure that no cell holds it.
+    """
     holders = [(name, cell) for name, nb in notebooks.items() for cell in nb['cells']
-               if is_saved(cell) and mutation.old in source(cell)]
+               if is_saved(cell) and mutation.old in chapters.text(cell)]
     if not mutation.saved and not holders:
         return None
     if len(holders) != 1 or not mutation.saved:
         raise HarnessError(f'{mutation.name}: {len(holders)} #@save cells hold '
                            f'{mutation.old!r}, not one: update the mutation')
     name, cell = holders[0]
-    cell['source'] = mutate_text(source(cell), mutation, name).splitlines(keepends=True)
+    mutated = mutate_text(chapters.text(cell), mutation, name)
+    cell['source'] = mutated.splitlines(keepends=True)
     return name
 
 
 def trimmed(notebook, group, book):
-    """(the selected code cells after a probe, their original indices): the probe
-    fails unless the kernel imports data_parallel from book."""
+    """The selected code cells after a probe, and their original indices.
+
+    The probe fails unless the kernel imports data_parallel from book.
+    """
     probe = ('import data_parallel\n'
              f'assert data_parallel.__file__.startswith({str(book) + os.sep!r}), '
              'data_parallel.__file__\n')
@@ -342,7 +348,7 @@ def make_copy(folder, mutation=None):
 
 
 def selection(mutation):
-    """{chapter: the tag of the cells a copy runs}: the mutation's own group, or checks."""
+    """{chapter: the tag of the cells a copy runs}: the mutation's group, or checks."""
     return {chapter: dict(mutation.checks).get(chapter, 'checks')
             for chapter in mutation.chapters}
 
@@ -366,7 +372,7 @@ def control_copies():
 def write_chapters(root, groups, mutation=None):
     """Write each chapter's selection, mutated if asked; {chapter: original indices}."""
     book = root / 'book'
-    notebooks = {path.name: json.loads(path.read_text())
+    notebooks = {path.name: chapters.load(path)
                  for path in book.glob('[0-9][0-9]_*.ipynb')}
     if mutation is not None:  # the whole chapter, in case no selection replaces it
         name = mutate_chapters(notebooks, mutation)

@@ -13,6 +13,7 @@ import subprocess
 
 import pytest
 
+from tests import chapters
 from tests.mutations import mutations as mu
 
 SLOW = pytest.mark.skipif(not os.environ.get('MULTIGPU_MUTATIONS'),
@@ -23,7 +24,7 @@ BY_NAME = {m.name: m for m in mu.MUTATIONS}
 
 
 def test_mutations_and_selections_still_apply():
-    notebooks = {p.name: json.loads(p.read_text())
+    notebooks = {p.name: chapters.load(p)
                  for p in (mu.ROOT / 'book').glob('[0-9][0-9]_*.ipynb')}
     for chapter in CHAPTERS:
         assert chapter in notebooks, f'{chapter} is gone: update tests/mutations/'

@@ -11,9 +11,7 @@ import time
 
 import pytest
 
-import data_parallel as dp
-
-ROOT = dp.repo_root()
+from tests.repo.helpers import ROOT, make_plan
 
 FAKE_MAKE = '''#!/usr/bin/env bash
 echo "$@" >> "$FAKE_LOG"
@@ -88,14 +86,6 @@ def test_a_failing_stage_stops_the_run_with_its_exit_code(tmp_path):
     assert 'FAILED' not in out  # a plain failure is not called a budget overrun
 
 
-def make_plan(make_env, *args):
-    """`make -n ARGS`'s plan, continued lines joined (the test fails if make does)."""
-    plan = subprocess.run(['make', '-n', '--no-print-directory', *args], cwd=ROOT,
-                          env=make_env, capture_output=True, text=True, timeout=60)
-    assert plan.returncode == 0, plan.stderr
-    return plan.stdout.replace('\\\n', ' ')
-
-
 @pytest.mark.parametrize('present, installed', [
     ((), {'chromium', 'chromium-driver', 'fonts-wqy-microhei'}),
     (('chromium', 'chromedriver'), {'fonts-wqy-microhei'})],  # CI brings its Chrome
@@ -139,7 +129,8 @@ for nodeid in sys.argv[1:]:
     print(nodeid, '->', scheduler._split_scope(nodeid))
 # the first unit of work a worker gets, of two files queued before chapter 6
 sent, ids = [], sys.argv[1:]
-node = type('Node', (), {'send_runtest_some': lambda self, indexes: sent.extend(indexes)})()
+node = type('Node', (),
+            {'send_runtest_some': lambda self, indexes: sent.extend(indexes)})()
 scheduler.registered_collections = {node: ids}
 for nodeid in ids[2:] + ids[:1]:
     scheduler.workqueue[scheduler._split_scope(nodeid)] = {nodeid: False}

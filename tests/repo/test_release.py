@@ -2,7 +2,6 @@
 rehearsal: release.py tags and pushes to a bare repository in GitHub's place, and a
 reader copy's first cell installs the package from that tag. (The workflow that runs
 it, release.yml, is checked with the others in test_workflows.py.)"""
-import json
 import os
 import re
 import subprocess
@@ -14,7 +13,8 @@ from pathlib import Path
 import pytest
 
 import data_parallel as dp
-from tests.repo.test_workflows import index, load, steps
+from tests import chapters
+from tests.repo.helpers import index, load, steps
 from tools import release
 
 ROOT = dp.repo_root()
@@ -172,7 +172,7 @@ def test_rehearsal_a_tag_reaches_a_reader(repo, tmp_path):
 
     python, site = reader_environment(tmp_path)
     notebook = ROOT / 'notebooks' / '01_splitting_the_problem.ipynb'
-    cell = next(c for c in json.loads(notebook.read_text())['cells']
+    cell = next(c for c in chapters.load(notebook)['cells']
                 if c['cell_type'] == 'code')
     reader_env = {
         **GIT_ENV, 'PYTHONNOUSERSITE': '1', 'PIP_CACHE_DIR': str(tmp_path / 'pip'),
@@ -184,7 +184,7 @@ def test_rehearsal_a_tag_reaches_a_reader(repo, tmp_path):
         'PIP_NO_INDEX': '1', 'PIP_NO_BUILD_ISOLATION': '0'}
     for key in ('PYTHONPATH', 'MULTIGPU_BOOK_PACKAGE', 'VIRTUAL_ENV'):
         reader_env.pop(key, None)
-    code = (PROBE + ''.join(cell['source']) + PROBE
+    code = (PROBE + chapters.text(cell) + PROBE
             + '\nimport data_parallel\nprint(VERSION, data_parallel.__file__)\n')
     done = subprocess.run([str(python), '-c', code], cwd=tmp_path, env=reader_env,
                           capture_output=True, text=True, timeout=600)

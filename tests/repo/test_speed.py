@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 import data_parallel as dp
-from tests.repo.test_ci_run import make_plan
+from tests.repo.helpers import make_plan
 from tools import benchmark, wire_benchmark
 
 BATCH = 256

@@ -13,24 +13,14 @@ import pytest
 import torch
 import yaml
 
-import data_parallel as dp
-from tests.repo.test_ci_run import make_plan
+from tests.repo.helpers import ROOT, WORKFLOWS, index, load, make_plan, steps
 from tools import reader_copies
 
-ROOT = dp.repo_root()
-WORKFLOWS = ROOT / '.github' / 'workflows'
 CPU_WHEELS = 'https://download.pytorch.org/whl/cpu'
 CUDA_CHECK = r'torch\.cuda\.is_available\(\)'  # regexes of gpu.yml's steps' run
 MAKE_TEST, MAKE_GPU_CHECK = r'^make test(\s|$)', r'^make gpu-check(\s|$)'
 # an action of this repository (./path), else owner/name[/path] at a commit: a tag moves
 PINNED = re.compile(r'\./\S+|[\w.-]+/[\w./-]+@[0-9a-f]{40}')
-
-
-def load(name):
-    """Parse one workflow file; PyYAML reads the key `on` as True, so map it back."""
-    doc = yaml.safe_load((WORKFLOWS / name).read_text())
-    doc['on'] = doc.pop(True, doc.get('on'))
-    return doc
 
 
 def unpinned(doc):
@@ -111,23 +101,10 @@ def test_workflows_pass_actionlint_which_finds_a_broken_one(tmp_path):
     assert actionlint([broken]), 'actionlint reported nothing on a broken expression'
 
 
-def steps(doc):
-    """The steps of the workflow's only job (gpu.yml, release.yml)."""
-    job, = doc['jobs'].values()
-    return job['steps']
-
-
 def uses(doc, action):
     """The steps of any job that use the action (owner/name, any version)."""
     return [step for job in doc['jobs'].values() for step in job.get('steps', [])
             if step.get('uses', '').split('@')[0] == action]
-
-
-def index(doc, key, pattern):
-    """Position of the first step whose key (run, uses, name) matches the regex."""
-    found = [i for i, s in enumerate(steps(doc)) if re.search(pattern, s.get(key, ''))]
-    assert found, f"{doc['name']} has no step whose {key} matches {pattern!r}"
-    return found[0]
 
 
 def bash(step, env, cwd=None):

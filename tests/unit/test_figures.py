@@ -7,30 +7,19 @@ from collections import Counter
 from pathlib import Path
 
 import matplotlib
+from matplotlib import pyplot as plt
+from matplotlib.text import Annotation, Text
+import numpy as np
+import pytest
+import torch
 
-matplotlib.use('Agg')
-from matplotlib import pyplot as plt  # noqa: E402
-from matplotlib.text import Annotation, Text  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import data_parallel as dp
+from data_parallel import figures
+from data_parallel.figures import diagrams, pipeline, plots, ring, tensor_parallel
+from data_parallel.pipeline import simulate
+from tests.unit.helpers import texts
 
-import data_parallel as dp  # noqa: E402
-from data_parallel import figures  # noqa: E402
-from data_parallel.figures import (diagrams, pipeline, plots, ring,  # noqa: E402
-                                   tensor_parallel)
-from data_parallel.pipeline import simulate  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close('all')
-
-
-def texts(fig):
-    """Every string drawn in the figure's axes, in drawing order."""
-    return [t.get_text() for ax in fig.axes for t in ax.texts]
+pytestmark = pytest.mark.usefixtures('close_figures')
 
 
 def number_counts(fig):

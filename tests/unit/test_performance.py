@@ -9,7 +9,7 @@ import torch.distributed as dist
 
 import data_parallel as dp
 from data_parallel import performance
-from tests.unit.test_scratch import batch
+from tests.unit.helpers import batch
 
 
 @pytest.mark.parametrize('threads', [False, True],

@@ -4,7 +4,9 @@ import torch
 
 import data_parallel as dp
 from data_parallel import pipeline as pp
-from tests.unit.test_figures import close_figures, texts  # noqa: F401 (Agg, closed)
+from tests.unit.helpers import texts
+
+pytestmark = pytest.mark.usefixtures('close_figures')
 
 CASES = [(1, 3), (2, 1), (2, 4), (3, 5), (4, 4), (4, 8), (5, 2), (8, 16)]
 

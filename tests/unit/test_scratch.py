@@ -3,13 +3,7 @@ import pytest
 import torch
 
 import data_parallel as dp
-
-
-def batch(n, seed=0):
-    """A random minibatch shaped like Fashion-MNIST."""
-    generator = torch.Generator().manual_seed(seed)
-    return (torch.rand(n, 1, 28, 28, generator=generator),
-            torch.randint(0, 10, (n,), generator=generator))
+from tests.unit.helpers import batch
 
 
 def step_on(k, X, y, lr=0.2, steps=1):

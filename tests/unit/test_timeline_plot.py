@@ -10,7 +10,8 @@ from torch import nn
 import data_parallel as dp
 from data_parallel.figures import plots
 from data_parallel.jobs import timeline
-from tests.unit.test_figures import close_figures  # noqa: F401 (Agg, figures closed)
+
+pytestmark = pytest.mark.usefixtures('close_figures')
 
 
 def span(kind, start, end, name=None):

@@ -1,4 +1,4 @@
-"""What the book's tests share: the chapters, how to read their cells, the version."""
+"""The book's chapters, how tests read their cells, the package's version."""
 import json
 import re
 import tomllib
