@@ -78,13 +78,15 @@ _LAUNCHER_BANNER = ('*****', 'Setting OMP_NUM_THREADS')  # torchrun's note on th
 
 
 def _what_the_workers_said(out, err, lines=15):
-    """The end of a failed job's output, without torchrun's own report that follows."""
+    """The end of a failed job's output, each line once, without torchrun's report."""
     err = err.splitlines()
     end = next((i for i, line in enumerate(err) if _LAUNCHER_REPORT.match(line)),
                len(err))
     said = [line for line in out.splitlines() + err[:end]
             if line.strip() and not line.startswith(_LAUNCHER_BANNER)]
-    said = list(dict.fromkeys(said))  # what every rank said, once
+    # Every rank says the same (torchrun does not tell whose line is whose): copies
+    # would crowd the rest out of the last lines. A line a rank repeats shows once too.
+    said = list(dict.fromkeys(said))
     return '\n'.join(said[-lines:])
 
 
