@@ -1,10 +1,5 @@
-"""Open pages of the built book in headless Chromium; list what a reader sees wrong.
-
-    with serve(html_root) as base_url, chromium(user_data_dir) as driver:
-        problems = check_page(driver, base_url, html_root, 'book/intro.html')
-
-check_page and the *_problems functions return readable problems (none: all fine).
-"""
+"""Open pages of the built book in headless Chromium; list what a reader sees wrong:
+check_page and the *_problems functions return readable problems (none: all fine)."""
 import base64
 import contextlib
 import functools
@@ -125,7 +120,6 @@ def _wait(predicate, timeout=PAGE_TIMEOUT_S, step=0.05):
     return predicate()
 
 
-# Functions for the scripts run in the page; `_run` puts them in front of each.
 _HELPERS_JS = r"""
 // Rendered, not hidden by display, visibility or opacity.
 function visible(el) {
@@ -335,8 +329,7 @@ return facts;
 
 
 def check_page(driver, base_url, html_root, rel, forbidden=()):
-    """Open `rel` (a path under html_root): the problems a reader would hit there."""
-    # forbidden: text of removed cells
+    """Open `rel` (under html_root): what a reader hits; `forbidden`: removed text."""
     mathjax, redirected = load(driver, urljoin(base_url, rel))
     facts = _run(driver, _PAGE_FACTS_JS, sorted(PLAIN_LEXERS))
     problems = []
@@ -412,8 +405,6 @@ def open_solution(driver, with_code=False, shot=None):
 
 def solution_problems(driver):
     """Every solution is one dropdown: no code cell of its own toggle right after it."""
-    # "Solution to exercise N" dropdowns followed by collapsed code cells: the split
-    # layout, prose and code apart
     split = driver.execute_script(r"""
       return Array.from(document.querySelectorAll('.admonition.dropdown')).map(box => {
         const title = box.querySelector(':scope > .admonition-title');
@@ -562,20 +553,10 @@ def wide_element_problems(driver):
             for w in _run(driver, _WIDE_JS)]
 
 
-def cut_code_problems(driver):
-    """Code blocks that scroll sideways at the current width (their lines are cut)."""
-    cut = driver.execute_script(r"""
-      return Array.from(document.querySelectorAll('article pre, main pre'))
-        .filter(pre => pre.scrollWidth > pre.clientWidth + 1)
-        .map(pre => pre.textContent.trim().split('\n')[0].slice(0, 60));""")
-    return [f'{_width(driver)}px: code block cut, it scrolls sideways: {first!r}'
-            for first in cut]
-
-
 _CODE_JS = r"""
-// Every code block of the article as its text, its kind and the first line of its
-// cell's source (past a #@save line: the next one names the cell).
-return Array.from(document.querySelectorAll('article.bd-article pre, main pre'))
+// Every code block of the article: its text, kind, first line of its cell's source
+// (past a #@save line: the next one names the cell), whether it scrolls sideways.
+return Array.from(document.querySelectorAll('article pre, main pre'))
   .map(pre => {
     const cell = pre.closest('div.cell');
     const source = (cell && cell.querySelector('.cell_input pre')) || pre;
@@ -583,9 +564,17 @@ return Array.from(document.querySelectorAll('article.bd-article pre, main pre'))
     return {
       kind: !cell ? 'code block' : pre.closest('.cell_output') ? 'output' : 'code cell',
       first: (lines.find(l => l.trim() && !l.startsWith('#@save')) || '').trim(),
-      text: pre.textContent};
+      text: pre.textContent, cut: pre.scrollWidth > pre.clientWidth + 1};
   });
 """
+
+
+def cut_code_problems(driver):
+    """Code blocks that scroll sideways at the current width (their lines are cut)."""
+    cut = [block['text'].strip().partition('\n')[0]
+           for block in driver.execute_script(_CODE_JS) if block['cut']]
+    return [f'{_width(driver)}px: code block cut, it scrolls sideways: {first[:60]!r}'
+            for first in cut]
 
 
 def code_width_problems(driver):
@@ -642,13 +631,12 @@ return {tofu: drawn.filter(d => d.shape === d.none || !d.shape.includes('1'))
 def cjk_glyph_problems(driver):
     """Chinese characters drawn without glyphs: the browser has no CJK font."""
     found = driver.execute_script(_CJK_JS)
-    chars = ''.join(found['chars'])
-    if found['tofu'] or (len(found['chars']) > 1 and found['shapes'] == 1):
-        tofu = ''.join(found['tofu']) or chars
-        return [f'Chinese text drawn without glyphs: {tofu!r} look like U+0378, which '
-                'no font has (or all alike): no CJK font? `make chromium` installs '
-                'fonts-wqy-microhei']
-    return []
+    if not found['tofu'] and (len(found['chars']) < 2 or found['shapes'] > 1):
+        return []
+    tofu = ''.join(found['tofu'] or found['chars'])
+    return [f'Chinese text drawn without glyphs: {tofu!r} look like U+0378, which no '
+            'font has (or all alike): no CJK font? `make chromium` installs '
+            'fonts-wqy-microhei']
 
 
 # ------------------------------------------------------------------ figures and marks

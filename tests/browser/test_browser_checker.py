@@ -55,7 +55,8 @@ PAGE = Template(r"""<!DOCTYPE html><html><head><meta charset="utf-8"><title>t</t
 $more</section></body></html>""").substitute(
     style=HtmlFormatter().get_style_defs('.highlight'), code=python(CODE), more=MORE)
 
-# defect: (what check_page must report, text of PAGE, what replaces it)
+# defect: (what its page's checker (CHECKERS) reports, text of the page, what
+# replaces it); the same for NAV_DEFECTS and CODE_DEFECTS
 DEFECTS = {
     'console-error': ('console error', MORE, "<script>console.error('oops')</script>"),
     'js-exception': ('console error', MORE, '<script>no_such_function()</script>'),
@@ -75,56 +76,6 @@ DEFECTS = {
 }
 
 
-@pytest.fixture(scope='module')
-def site(tmp_path_factory):
-    """A served folder with MathJax, images, a page to link to and a notebook."""
-    assert (MATHJAX / 'tex-chtml.js').exists(), 'run `make mathjax` first'
-    root = tmp_path_factory.mktemp('site')
-    (root / 'mathjax').symlink_to(MATHJAX, target_is_directory=True)
-    (root / 'pixel.svg').write_text(SVG.format(8, 8))
-    (root / 'wide.svg').write_text(SVG.format(800, 100))
-    (root / 'other.html').write_text('<html><body><h2 id="target">T</h2></body></html>')
-    (root / 'nb.ipynb').write_text(NOTEBOOK)
-    with pagecheck.serve(root) as url:
-        yield root, url
-
-
-def problems_of(browser, site, name, html):
-    """What check_page finds on `html`, served as `name`."""
-    root, url = site
-    (root / name).write_text(html)
-    browser.set_window_size(pagecheck.DESKTOP, 900)
-    return pagecheck.check_page(browser, url, root, name,
-                                forbidden=pagecheck.removed_snippets(root / 'nb.ipynb'))
-
-
-def test_intact_page_passes_and_its_solution_opens(browser, site):
-    assert problems_of(browser, site, 'good.html', PAGE) == []
-    assert pagecheck.open_solution(browser) is True
-
-
-@pytest.mark.parametrize('defect', sorted(DEFECTS))
-def test_each_defect_is_caught(browser, site, defect):
-    phrase, old, new = DEFECTS[defect]
-    problems = problems_of(browser, site, f'{defect}.html', broken(PAGE, old, new))
-    assert any(phrase in p for p in problems), problems
-
-
-def test_removed_snippets_skips_short_and_shared_lines(tmp_path):
-    (tmp_path / 'nb.ipynb').write_text(NOTEBOOK)
-    assert pagecheck.removed_snippets(tmp_path / 'nb.ipynb') == [SECRET]
-
-
-def test_server_stops_and_frees_its_port(tmp_path):
-    (tmp_path / 'x.html').write_text('x')
-    with pagecheck.serve(tmp_path) as url:
-        assert urllib.request.urlopen(url + 'x.html', timeout=5).read() == b'x'
-        port = int(url.rsplit(':', 1)[1].strip('/'))
-    with pytest.raises(OSError), socket.create_connection(('127.0.0.1', port), 2):
-        pass
-
-
-# ---------------------------------------------------------- every screen (issue 12)
 # The theme's header: a chapter-list and a page-contents button, two menus.
 NAV_PAGE = """<!DOCTYPE html><html><head><meta charset="utf-8"><title>nav</title>
 <meta name="viewport" content="width=device-width"><style>
@@ -160,7 +111,6 @@ document.querySelectorAll('.dropdown > button').forEach(b => b.addEventListener(
 </script></body></html>"""
 CHAPTERS = '<button class="primary-toggle">chapters</button>'
 
-# defect: (what navigation_problems must report, text of NAV_PAGE, what replaces it)
 NAV_DEFECTS = {
     # the theme's bug: the hidden twin of the button is the one wired
     'dead-chapter-button': ('the chapter-list button does nothing', CHAPTERS,
@@ -177,9 +127,14 @@ NAV_DEFECTS = {
                         '"dropdown-menu"', '"dropdown-menu" style="left: 100vw"'),
     'two-search-boxes': ('2 search boxes shown', CHAPTERS, CHAPTERS + 2 * (
         '<button class="search-button-field">Search</button>')),
+    'wide-element': ('wider than the screen: <div> from 8 to 708 px: "a wide table"',
+                     '</article>',
+                     '<div style="width: 700px">a wide table</div></article>'),
+    'cut-code': ("code block cut, it scrolls sideways: 'ooo", '</article>',
+                 f"<pre>{'o' * 89}</pre></article>"),
 }
 
-# Code cells, an output, a solution and a figure as myst-nb writes them.
+# Code cells, an output, a solution and a figure as myst-nb writes them; Chinese text.
 SOLUTION_CODE = ('<div class="cell tag_solution"><div class="cell_input"><div '
                  'class="highlight"><pre>print(2 + 2)</pre></div></div>'
                  '<div class="cell_output"><pre>4</pre></div></div>')
@@ -198,7 +153,7 @@ y = $wide</pre></div><div class="cell_output"><pre>loss 0.25</pre></div></div>
 <p>Prose.</p>$solution</div>
 <div class="cell">$figure<div class="cell_output"><figure>
 <img src="wide.svg" alt="$alt"><figcaption>Fig. 1</figcaption></figure></div></div>
-</article><script>
+<p>数据并行：每个设备计算小批量的一部分梯度。</p></article><script>
 for (const box of document.querySelectorAll('.dropdown')) {
   box.classList.add('closed');
   const title = box.querySelector('.admonition-title');
@@ -208,10 +163,9 @@ for (const box of document.querySelectorAll('.dropdown')) {
     wide='x' * (pagecheck.MAX_COLUMNS - 4),                 # a line of 88 columns
     solution=SOLUTION_CODE, figure=FIGURE_INPUT, alt=ALT)
 
-
-# defect: (what code_problems must report, text of CODE_PAGE, what replaces it)
 CODE_DEFECTS = {
-    'wide-code': ('code cell wider than 88', 'x</pre>', 'xz</pre>'),
+    'wide-code': ("code cell wider than 88 columns (89): cell 'import torch'",
+                  'x</pre>', 'xz</pre>'),
     'wide-output': ('output wider than 88', 'loss 0.25', 'o' * 89),
     'split-solution': ('Solution to exercise 1: split in two', SOLUTION_CODE + '</div>',
                        '</div><div class="cell tag_hide-cell">'
@@ -222,90 +176,10 @@ CODE_DEFECTS = {
                       HIDDEN.format('source', FIGURE_INPUT)),
     'noqa': ('linter mark in the code', 'torch\n', 'torch  # noqa: E402\n'),
     'small-figure': ('figure shown 120 px wide', '<img ', '<img style="width: 120px" '),
+    'dead-solution': ('the solution does not open', 'title.addEventListener',
+                      '// title.addEventListener'),
 }
 
-
-def code_page(defect):
-    """CODE_PAGE with `defect` of CODE_DEFECTS."""
-    return broken(CODE_PAGE, *CODE_DEFECTS[defect][1:])
-
-
-def code_problems(browser):
-    """What the checks of code, solutions, figures and authoring marks find."""
-    checks = (pagecheck.code_width_problems, pagecheck.solution_problems,
-              pagecheck.alt_text_problems, pagecheck.authoring_mark_problems,
-              lambda driver: pagecheck.figure_size_problems(driver, 400))
-    return [problem for check in checks for problem in check(browser)]
-
-
-def open_page(browser, site, name, html, width=pagecheck.DESKTOP):
-    """Serve `html` as `name` and open it in a window `width` pixels wide."""
-    root, url = site
-    (root / name).write_text(html)
-    browser.set_window_size(width, 900)
-    pagecheck.load(browser, url + name)
-
-
-@pytest.mark.parametrize('width', [pagecheck.PHONE, pagecheck.DESKTOP])
-def test_intact_screens_pass(browser, site, width):
-    open_page(browser, site, 'nav-good.html', NAV_PAGE, width)
-    assert pagecheck.navigation_problems(browser) == []
-    assert pagecheck.wide_element_problems(browser) == []
-    open_page(browser, site, 'code-good.html', CODE_PAGE, width)
-    assert code_problems(browser) == []
-    assert pagecheck.open_solution(browser, with_code=True) is True
-
-
-@pytest.mark.parametrize('defect', sorted(NAV_DEFECTS))
-def test_each_navigation_defect_is_caught(browser, site, defect):
-    phrase, old, new = NAV_DEFECTS[defect]
-    html = broken(NAV_PAGE, old, new)
-    open_page(browser, site, f'nav-{defect}.html', html, pagecheck.PHONE)
-    problems = pagecheck.navigation_problems(browser)
-    assert any(phrase in p for p in problems), problems
-
-
-def test_element_wider_than_a_phone_is_caught(browser, site):
-    wide = '<div style="width: 700px">a wide table</div>'
-    html = broken(NAV_PAGE, '</article>', wide + '</article>')
-    open_page(browser, site, 'nav-wide-element.html', html, pagecheck.PHONE)
-    problems = pagecheck.wide_element_problems(browser)
-    assert len(problems) == 1 and 'a wide table' in problems[0], problems
-
-
-@pytest.mark.parametrize('defect', sorted(CODE_DEFECTS))
-def test_each_code_and_figure_defect_is_caught(browser, site, defect):
-    phrase = CODE_DEFECTS[defect][0]
-    open_page(browser, site, f'code-{defect}.html', code_page(defect))
-    problems = code_problems(browser)
-    assert any(phrase in p for p in problems), problems
-
-
-def test_wide_code_names_its_cell(browser, site):
-    open_page(browser, site, 'code-wide-code.html', code_page('wide-code'))
-    problems = pagecheck.code_width_problems(browser)
-    assert len(problems) == 1 and "(89): cell 'import torch'" in problems[0], problems
-
-
-def test_solution_that_does_not_open_is_caught(browser, site):
-    html = broken(CODE_PAGE, 'title.addEventListener', '// title.addEventListener')
-    open_page(browser, site, 'code-dead-solution.html', html)
-    assert pagecheck.open_solution(browser, with_code=True) is False
-
-
-def test_code_cut_on_a_phone_is_caught(browser, site):
-    html = code_page('wide-output')
-    open_page(browser, site, 'code-wide-output.html', html, pagecheck.PHONE)
-    assert any('code block cut' in p and 'ooo' in p
-               for p in pagecheck.cut_code_problems(browser))
-    open_page(browser, site, 'nav-good.html', NAV_PAGE, pagecheck.PHONE)
-    assert pagecheck.cut_code_problems(browser) == []
-
-
-# ------------------------------------------------------------------- Chinese text
-ZH_PAGE = """<!DOCTYPE html><html><head><meta charset="utf-8"><title>zh</title></head>
-<body><article><h1>中文读者</h1><p>数据并行：每个设备计算小批量的一部分梯度。</p>
-</article></body></html>"""
 # fontconfig's own configuration less every font that covers Chinese, Japanese or
 # Korean: the browser of a machine without a CJK font (boxes for every character)
 NO_CJK_FONTS = """<?xml version="1.0"?>
@@ -318,9 +192,80 @@ NO_CJK_FONTS = """<?xml version="1.0"?>
 </rejectfont></selectfont></fontconfig>"""
 
 
-def test_chinese_text_drawn_with_a_cjk_font_passes(browser, site):
-    open_page(browser, site, 'zh.html', ZH_PAGE)
-    assert pagecheck.cjk_glyph_problems(browser) == []
+@pytest.fixture(scope='module')
+def site(tmp_path_factory):
+    """A served folder with MathJax, images, a page to link to and a notebook."""
+    assert (MATHJAX / 'tex-chtml.js').exists(), 'run `make mathjax` first'
+    root = tmp_path_factory.mktemp('site')
+    (root / 'mathjax').symlink_to(MATHJAX, target_is_directory=True)
+    (root / 'pixel.svg').write_text(SVG.format(8, 8))
+    (root / 'wide.svg').write_text(SVG.format(800, 100))
+    (root / 'other.html').write_text('<html><body><h2 id="target">T</h2></body></html>')
+    (root / 'nb.ipynb').write_text(NOTEBOOK)
+    with pagecheck.serve(root) as url:
+        yield root, url
+
+
+def open_page(browser, site, name, html, width=pagecheck.DESKTOP):
+    """Serve `html` as `name` and open it in a window `width` pixels wide."""
+    root, url = site
+    (root / name).write_text(html)
+    browser.set_window_size(width, 900)
+    pagecheck.load(browser, url + name)
+
+
+def page_problems(browser, site, name, html):
+    """What check_page finds on `html`, served as `name`."""
+    root, url = site
+    (root / name).write_text(html)
+    browser.set_window_size(pagecheck.DESKTOP, 900)
+    return pagecheck.check_page(browser, url, root, name,
+                                forbidden=pagecheck.removed_snippets(root / 'nb.ipynb'))
+
+
+def screen_problems(browser, site, name, html, width=pagecheck.PHONE):
+    """What the checks of buttons, menus and widths find (on a phone)."""
+    open_page(browser, site, name, html, width)
+    return (pagecheck.navigation_problems(browser)
+            + pagecheck.wide_element_problems(browser)
+            + pagecheck.cut_code_problems(browser))
+
+
+def code_problems(browser, site, name, html, width=pagecheck.DESKTOP):
+    """What the checks of code, solutions, figures, marks and Chinese text find."""
+    open_page(browser, site, name, html, width)
+    checks = (pagecheck.code_width_problems, pagecheck.solution_problems,
+              pagecheck.alt_text_problems, pagecheck.authoring_mark_problems,
+              lambda driver: pagecheck.figure_size_problems(driver, 400),
+              pagecheck.cjk_glyph_problems)
+    problems = [problem for check in checks for problem in check(browser)]
+    if not pagecheck.open_solution(browser, with_code=True):
+        problems.append('the solution does not open with its code')
+    return problems
+
+
+def test_intact_page_passes_and_its_solution_opens(browser, site):
+    assert page_problems(browser, site, 'good.html', PAGE) == []
+    assert pagecheck.open_solution(browser) is True
+
+
+@pytest.mark.parametrize('width', [pagecheck.PHONE, pagecheck.DESKTOP])
+def test_intact_screens_pass(browser, site, width):
+    assert screen_problems(browser, site, 'nav-good.html', NAV_PAGE, width) == []
+    assert code_problems(browser, site, 'code-good.html', CODE_PAGE, width) == []
+
+
+# (what finds the defects, the intact page, its defects)
+CHECKERS = ((page_problems, PAGE, DEFECTS), (screen_problems, NAV_PAGE, NAV_DEFECTS),
+            (code_problems, CODE_PAGE, CODE_DEFECTS))
+
+
+@pytest.mark.parametrize('find, page, defect, phrase, old, new', [
+    pytest.param(find, page, defect, *defects[defect], id=defect)
+    for find, page, defects in CHECKERS for defect in sorted(defects)])
+def test_each_defect_is_caught(browser, site, find, page, defect, phrase, old, new):
+    problems = find(browser, site, f'{defect}.html', broken(page, old, new))
+    assert any(phrase in p for p in problems), problems
 
 
 def test_chinese_text_without_a_cjk_font_is_caught(site, tmp_path):
@@ -328,6 +273,20 @@ def test_chinese_text_without_a_cjk_font_is_caught(site, tmp_path):
     conf.write_text(NO_CJK_FONTS)
     with pagecheck.chromium(tmp_path / 'profile',
                            env={'FONTCONFIG_FILE': str(conf)}) as no_cjk:
-        open_page(no_cjk, site, 'zh.html', ZH_PAGE)
+        open_page(no_cjk, site, 'code-good.html', CODE_PAGE)
         problems = pagecheck.cjk_glyph_problems(no_cjk)
     assert len(problems) == 1 and 'without glyphs' in problems[0], problems
+
+
+def test_removed_snippets_skips_short_and_shared_lines(tmp_path):
+    (tmp_path / 'nb.ipynb').write_text(NOTEBOOK)
+    assert pagecheck.removed_snippets(tmp_path / 'nb.ipynb') == [SECRET]
+
+
+def test_server_stops_and_frees_its_port(tmp_path):
+    (tmp_path / 'x.html').write_text('x')
+    with pagecheck.serve(tmp_path) as url:
+        assert urllib.request.urlopen(url + 'x.html', timeout=5).read() == b'x'
+        port = int(url.rsplit(':', 1)[1].strip('/'))
+    with pytest.raises(OSError), socket.create_connection(('127.0.0.1', port), 2):
+        pass
