@@ -3,24 +3,19 @@
     MULTIGPU_DATA=/path/to/data .venv/bin/python -m tools.benchmark [--check]
 
 About 4 minutes on 2 CPU cores (make benchmark; make speed adds --check). Without a
-GPU a device is one CPU core (dp.use_one_core), the 1-device baselines too. With k = 2
-devices and chapter 8's own timing functions it measures, in this process, the data
-pipeline (the article's per-image loader against dp.load_fashion_mnist) and the
-training step (the article's loop, dp.train_batch, and the improved one,
-dp.train_batch_flat with a thread per device, on 1 and 2 devices, against the bare
-passes); through data_parallel.launch.run it starts perf_workers jobs: `train` on 1, 2
-and 4 processes (compute, no_sync, DDP) and `allreduce` on 2 and 4 (25 MB and
-LeNet's 0.52 MB). Every time is the median of --repeats runs, the variants
-interleaved so that a busy moment hits them alike.
+GPU a device is one CPU core (dp.use_one_core), the 1-device baselines too. In this
+process, with chapter 8's timing functions: the article's per-image loader against
+dp.load_fashion_mnist, and the article's loop, dp.train_batch_flat (a thread per
+device) and the bare passes on 1 and K = 2 devices. Through launch.run, perf_workers
+jobs: `train` on 1, 2 and 4 processes (compute, no_sync, DDP), `allreduce` on 2 and 4
+(25 MB and LeNet's 0.52 MB). Each time is the median of --repeats rounds, the
+variants interleaved so that a busy moment hits them alike.
 
-A row with a check is a speed claim of chapters 6 to 8, held to the tolerance their
-hidden cells used to: threads and DDP on two one-core devices >= 1.4 x one (0.75 of
-the 1.8-2.0 cores' worth of a quiet 2-core machine; checked only where each device is
-a CPU core of its own), the article's loop < 1.3, the ring >= 0.25 x all_reduce (gloo),
-the cost model within 50 % of the DDP step. A target in parentheses is a goal the text
-does not claim: printed, never checked. The missed claims are named again last; with
---check they make the exit status 1. Run it on a machine it has to itself (`uptime`):
-anything beside it slows one side of a ratio.
+A row with a check is a speed claim of chapters 6 to 8, held to the tolerance below
+(the speed-ups only where each device is a CPU core of its own); a target in
+parentheses is a goal, printed, never checked. Missed claims are named again last;
+with --check they make the exit status 1. Run it on a machine it has to itself
+(`uptime`): anything beside it slows one side of a ratio.
 """
 import argparse
 import itertools
@@ -65,8 +60,6 @@ def parse_args(argv=None):
                         help='exit 1 when a claim of the text is missed (make speed)')
     return parser.parse_args(argv)
 
-
-# --- In this process: loaders, passes and loops, timed as chapter 8 times them --------
 
 def replicas(devices, make=dp.FlatParams):
     """One replica of LeNet's initial parameters per device, as make builds it."""
@@ -118,8 +111,6 @@ def measure(args):
     with ThreadPoolExecutor(K) as pool:  # one thread per device
         t = median_times(in_process_runs(devices, args.batches, pool), devices,
                          args.repeats)
-    # with torchrun, a core per process, each job printing its measurements: DDP and
-    # compute-only steps, then gloo's and our allreduce of 25 MB and of LeNet's gradient
     ddp = {k: launch.run(perf_workers, k, 'train', '--batch-size', BATCH, '--steps',
                          args.batches, '--impls', 'compute', 'nosync', 'ddp',
                          echo=True)[0]
@@ -145,8 +136,6 @@ def derived(t, ddp, rings, n):
                        / ddp[k]['ddp']['step_seconds'] - 1 for k in (2, 4)},
             'one_core_each': one_core_each()}
 
-
-# --- The report -----------------------------------------------------------------------
 
 def table_rows(t, ddp, rings, fig, n):
     """(measure, ratio, target, check) rows; a row without a ratio is a heading."""

@@ -17,11 +17,7 @@ from data_parallel import files
 
 
 def coalesce_streams(cell):
-    """Merge neighbouring stdout (or stderr) outputs into one, as the cell ended up.
-
-    A cell that prints line by line while it runs (an epoch, a measurement) produces one
-    output per flush; stored merged, the page shows one block of text, not one per line.
-    """
+    """Merge neighbouring stdout (or stderr) outputs: one block, not one per flush."""
     merged = []
     for output in cell.get('outputs', []):
         if (output.output_type == 'stream' and merged
@@ -44,10 +40,6 @@ def read(path):
                  'Pass a .ipynb file saved by Jupyter.')
 
 
-class NotSaved(Exception):
-    """The run ended, but what it would store is not fit to publish."""
-
-
 def glued_nan(nb):
     """Names glued as NaN: a measurement the text quotes did not run on this machine."""
     return [output.metadata['scrapbook']['name']
@@ -59,17 +51,21 @@ def glued_nan(nb):
 
 
 def execute(path):
-    """Execute one notebook in place; return the seconds it took."""
+    """Execute one notebook in place; the seconds it took, or exit if not saved."""
     nb = read(path)
     start = time.perf_counter()
-    NotebookClient(nb, timeout=3600, kernel_name='python3', record_timing=False,
-                   resources={'metadata': {'path': str(path.parent)}}).execute()
+    try:
+        NotebookClient(nb, timeout=3600, kernel_name='python3', record_timing=False,
+                       resources={'metadata': {'path': str(path.parent)}}).execute()
+    except CellExecutionError as error:  # the cell's own error, not a traceback
+        sys.exit(f'{path}: not saved, a cell failed with {error.ename}: {error.evalue}')
     # chapter 10 without a throttled wire glues NaN: the page would read "nan ms"
     missing = glued_nan(nb)
     if missing:
-        raise NotSaved(f'{len(missing)} value(s) the text quotes were not measured here '
-                       f'({", ".join(missing[:3])}{", ..." if len(missing) > 3 else ""}); '
-                       'the chapter says what it needs in its first cells')
+        sys.exit(f'{path}: not saved, {len(missing)} value(s) the text quotes were '
+                 f'not measured here ({", ".join(missing[:3])}'
+                 f'{", ..." if len(missing) > 3 else ""}); '
+                 'the chapter says what it needs in its first cells')
     for cell in nb.cells:
         if cell.cell_type == 'code':
             coalesce_streams(cell)
@@ -85,13 +81,7 @@ def main(paths):
         path = Path(name)
         if not path.is_file():
             sys.exit(f'{name}: no such notebook')
-        try:
-            print(f'{path}: executed in {execute(path):.0f} s', flush=True)
-        except CellExecutionError as error:  # the cell's own error, not a traceback
-            sys.exit(f'{path}: not saved, a cell failed with '
-                     f'{error.ename}: {error.evalue}')
-        except NotSaved as error:
-            sys.exit(f'{path}: not saved, {error}')
+        print(f'{path}: executed in {execute(path):.0f} s', flush=True)
 
 
 if __name__ == '__main__':

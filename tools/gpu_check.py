@@ -1,28 +1,25 @@
 """make gpu-check: the book's GPU paths in a few minutes, ending in one summary table.
 
-On a machine with at least one GPU it runs these steps, one after the other, each under
-its own time limit (at most 25 minutes in all; not yet timed on a GPU):
+On a machine with a GPU it runs these steps in turn, each under its own time limit (at
+most 25 minutes in all; not yet timed on a GPU):
 
 0. Fashion-MNIST in MULTIGPU_DATA, downloaded when missing (without it pytest would
    quietly skip every test that reads it);
-1. the tests whose code takes another path on CUDA (``pytest -m cuda tests``; the
-   whole suite is gpu.yml's `make test`);
+1. the tests whose code takes another path on CUDA (``pytest -m cuda tests``);
 2. nbval over chapters 1-6 (their stored outputs, recomputed on this machine);
 3. chapter 7's DDP job: LeNet for 3 epochs, one process per GPU (NCCL);
 4. ResNet-18 for 2 epochs on one GPU (seconds per epoch);
-5. with 2 GPUs or more: the ring and star allreduce against dist.all_reduce under NCCL
-   (``data_parallel.jobs.perf_workers allreduce --mb 25``, one process per GPU), and
-   its bus bandwidth.
+5. with 2 GPUs or more: ring and star against dist.all_reduce under NCCL (25 MB, one
+   process per GPU), and their bus bandwidth.
 
-It prints one line per step as the step ends, then the summary table (GPU, CUDA,
-driver, compute capability, steps, figures), and exits 1 if a step failed. Without a
-GPU it says so in one line and exits 0 without running anything. From the repository's
-root, with MULTIGPU_DATA naming the folder that holds FashionMNIST/raw/:
+It prints a line per step as it ends, then the summary (GPU, CUDA, driver, compute
+capability, steps, figures), and exits 1 if a step failed. Without a GPU it says so in
+one line and exits 0. From the repository's root, with MULTIGPU_DATA naming the folder
+that holds FashionMNIST/raw/:
 
     make gpu-check          (or: .venv/bin/python tools/gpu_check.py)
 """
 import collections
-import glob
 import json
 import os
 import shutil
@@ -132,7 +129,7 @@ def unit_tests(timeout):
 
 def notebooks(timeout):
     """nbval over chapters 1-6, their outputs sanitised as in `make nbval`."""
-    chapters = sorted(glob.glob(str(ROOT / 'book' / '0[1-6]_*.ipynb')))
+    chapters = sorted((ROOT / 'book').glob('0[1-6]_*.ipynb'))
     if len(chapters) != 6:
         raise StepFailed(f'found {len(chapters)} of chapters 1-6 in book/', '')
     out = run_command([sys.executable, '-m', 'pytest', '-q', '--nbval',
@@ -216,8 +213,8 @@ def fit(text, width):
 def step_line(result):
     """The one line printed as a step ends."""
     verdict = 'pass' if result.ok else 'FAIL'
-    head = f'{verdict}  {result.step.title:<22} {result.seconds:7.1f} s  '
-    return head + fit(result.detail, WIDTH - len(head))
+    return fit(f'{verdict}  {result.step.title:<22} {result.seconds:7.1f} s  '
+               + result.detail, WIDTH)
 
 
 def figure(results, name, fmt='{:.2f} s/epoch'.format):
@@ -241,9 +238,8 @@ def summary(info, results, num_gpus):
             f"{'PyTorch / CUDA':<24}{info['torch']} / CUDA {info['cuda']}",
             f"{'NVIDIA driver':<24}{info['driver']}", rule,
             f"{'step':<28}{'result':<8}{'seconds':>8}  detail"]
-    for r in results:
-        head = f"{r.step.title:<28}{'pass' if r.ok else 'FAIL':<8}{r.seconds:8.1f}  "
-        rows.append(head + fit(r.detail, WIDTH - len(head)))
+    rows += [f"{r.step.title:<28}{'pass' if r.ok else 'FAIL':<8}{r.seconds:8.1f}  "
+             + r.detail for r in results]  # each row is cut to WIDTH below
     if num_gpus < 2:
         rows.append(f"{'ring vs all_reduce':<28}{'skip':<8}{'':>8}  "
                     'needs 2 GPUs or more')

@@ -3,29 +3,19 @@
     MULTIGPU_DATA=/path/to/data .venv/bin/python -m tools.wire_benchmark [--check]
 
 About 2 minutes on 2 CPU cores (make benchmark; make speed adds --check). Every job is
-a DDP job of 2 processes on the CPU (gloo, a core each) behind a private loopback
-throttled to the rate named (launch.run(..., bandwidth=...), which needs unshare, ip
-and tc; where no such wire can be made it says so in one line and exits 2). Seven
-wire_workers `measure` jobs: the 2 x 1024 MLP (batch 1024) on the open loopback and
-at 1000, 400, 200 and 100 Mbit/s (compute, one bucket; at 200 also accumulation of 4
-micro-batches and the fp16 hook), the 6 x 1024 MLP (batch 4096, buckets of 4 MiB) at
-1000 and 200 Mbit/s; an eighth at exercise 1's break-even rate (where the allreduce
+a wire_workers `measure` job of K = 2 DDP processes on the CPU (gloo, a core each)
+behind a private loopback throttled to the rate named (launch.run(..., bandwidth=...):
+unshare, ip and tc; without them it says so in one line and exits 2): the 2 x 1024
+MLP on the open loopback and at 1000, 400, 200 and 100 Mbit/s (at 200 also
+accumulation and the fp16 hook), the 6 x 1024 MLP (buckets of 4 MiB) at 1000 and 200
+Mbit/s, and the 2 x 1024 MLP at exercise 1's break-even rate (where the allreduce
 takes the median compute time). Times are medians of --steps steps in one job; bytes
 are those rank 0 wrote to gloo's sockets.
 
-A row with a check is a claim of chapter 10, held to the tolerance its hidden cells
-used to: buckets make the step shorter than one bucket (1000 and 200 Mbit/s), and no
-shorter than the bound the text derives, the longer of the job's compute and the
-allreduce alone on the wire (less 0.05: the filter's burst, and compute timed apart from
-the step it bounds); the fp16
-hook sends 0.45-0.55 x the bytes, in a shorter step; accumulation sends a quarter of
-the bytes per example (+-5 %); the cost model (dp.step_seconds with the job's compute
-and one wire shared by both processes) within 25 % of the step at every rate; at 100
-Mbit/s the step takes over 0.9 x the bytes' time; at the break-even rate 0.75-1.6 x
-the model. A target in parentheses is a goal the text does not claim: printed, never
-checked. The missed claims are named again last; with
---check they make the exit status 1. Run it on a machine it has to itself: anything
-beside it slows the compute each prediction starts from.
+A row with a check is a claim of chapter 10, held to the tolerance below; a target in
+parentheses is a goal, printed, never checked. Missed claims are named again last;
+with --check they make the exit status 1. Run it on a machine it has to itself:
+anything beside it slows the compute each prediction starts from.
 """
 import argparse
 import os
@@ -53,7 +43,9 @@ ACCUMULATE = 4
 # Exercise 1: at a few Gbit/s the shaped loopback is less exact than below one (0.90 to
 # 1.31 x the prediction measured); a model without the allreduce would be 2 x off.
 MODEL_ERROR, WALL, BREAK_EVEN = 0.25, 0.9, (0.75, 1.6)
-BOUND_SLACK = 0.05  # the overlap's bound, less this, is the least step / one bucket
+# the overlap's bound, less this (the filter's burst; compute timed apart from the
+# step it bounds), is the least step / one bucket
+BOUND_SLACK = 0.05
 
 
 def parse_args(argv=None):
@@ -68,7 +60,7 @@ def parse_args(argv=None):
 
 
 def mbit(rate):
-    """A rate's name: '200 Mbit/s', or 'open' for the unthrottled loopback."""
+    """A rate's name: '200 Mbit/s', or 'open loopback' for the unthrottled loopback."""
     return 'open loopback' if rate is None else f'{rate / 1e6:.0f} Mbit/s'
 
 
@@ -119,9 +111,9 @@ def overlap_bound(record, rate):
     return max(record['compute']['step_seconds'], wire) / step(record)
 
 
-def ratio(record, variant, field, base='one-bucket'):
-    """A variant's field over the base variant's, in one job's record."""
-    return record[variant][field] / record[base][field]
+def ratio(record, variant, field):
+    """A variant's field over the one-bucket variant's, in one job's record."""
+    return record[variant][field] / record['one-bucket'][field]
 
 
 def step(record):

@@ -94,7 +94,7 @@ def test_running_a_step_turns_each_failure_into_a_result():
     assert time.monotonic() - start < 30
 
 
-@pytest.mark.parametrize('bad', [{'backend': 'gloo', 'devices': ['cpu', 'cpu']},
+@pytest.mark.parametrize('bad', [{'devices': ['cpu:0', 'cpu:1']},
                                  {'backend': 'gloo'}, {'devices': ['cuda:0', 'cuda:0']},
                                  {'world_size': 1}, {'accuracies': [0.1]}])
 def test_ddp_record_must_be_nccl_on_distinct_gpus(bad):
