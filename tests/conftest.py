@@ -11,9 +11,7 @@ import pytest
 
 import data_parallel as dp
 from data_parallel import network
-
-
-REQUIRE_THROTTLE = 'MULTIGPU_REQUIRE_THROTTLE'
+from tests.helpers import AS_READER, REQUIRE_THROTTLE
 
 
 @pytest.fixture
@@ -67,11 +65,6 @@ def fashion_root():
     if not (root / 'FashionMNIST' / 'raw' / 't10k-images-idx3-ubyte').exists():
         pytest.skip(f'Fashion-MNIST not found: set {dp.DATA_ENV}')
     return root
-
-
-# Drops to uid 65534 (nobody), a stand-in for a reader who is not root: root ignores
-# file modes, so only another user meets a folder it may not enter or write in
-AS_READER = ('setpriv', '--reuid=65534', '--regid=65534', '--clear-groups')
 
 
 @pytest.fixture(scope='session')

@@ -125,3 +125,19 @@ def test_readme_layout_lists_every_module():
               if p.is_dir() and not p.name.startswith(('_', '.'))}
     missing = sorted(n for n in names if not re.search(rf'\b{re.escape(n)}', section))
     assert not missing, f'README.md ## Layout does not list: {missing}'
+
+
+def test_no_test_module_imports_a_test_module_or_a_conftest():
+    """Shared helpers live in modules of their own (tests/chapters.py, helpers.py)."""
+    found = []
+    for path in sorted((ROOT / 'tests').rglob('*.py')):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [f'{node.module}.{alias.name}' for alias in node.names]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            found += [f'{path.relative_to(ROOT)}: {name}' for name in names
+                      if re.search(r'(^|\.)(test_\w+|conftest)(\.|$)', name)]
+    assert not found, found

@@ -46,6 +46,9 @@ UNEVEN = ('--batch-size {0} does not split evenly over {1} processes: use a mult
      UNEVEN.format(3, 2)),
     ('uneven', 'data_parallel.jobs.shard_workers', ['zero1', '--batch-size', 241], 2,
      UNEVEN.format(241, 2)),
+    # parse_args exits 0 on --help: as a job, every rank would print the usage
+    ('help', launch.TRAINER, ['--help'], 2, f'{launch.TRAINER} --help: --help is not '
+     f'a job: run `python -m {launch.TRAINER} --help` to read the usage.'),
 ])
 def test_launch_refuses_bad_job_arguments_in_one_line(case, module, args, world_size,
                                                        line, capsys):
@@ -128,25 +131,6 @@ def offline(monkeypatch):
                         ['http://127.0.0.1:9/'])
 
 
-def test_missing_data_offline_says_where_to_put_it(tmp_path, offline):
-    """Case 25: one line naming MULTIGPU_DATA; the folder is left as it was."""
-    with pytest.raises(dp.DataUnavailableError) as error:
-        dp.load_fashion_mnist(64, root=tmp_path)
-    assert str(error.value) == (
-        f'Fashion-MNIST is not in {tmp_path}/FashionMNIST/raw and downloading it '
-        'failed (<urlopen error [Errno 111] Connection refused>). Set MULTIGPU_DATA '
-        'to a folder that holds FashionMNIST/raw/, or run once with internet access.')
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_help_is_not_a_job(capsys):
-    """--help exits 0 in parse_args: as a job, every rank would print the usage."""
-    with pytest.raises(launch.JobArgumentError, match='--help is not a job: run '
-                       '`python -m data_parallel.train_ddp --help`'):
-        launch.torchrun_command(['--help'], world_size=2)
-    assert capsys.readouterr() == ('', '')
-
-
 def test_bandwidth_throttles_one_command_only():
     """Each command would get a loopback of its own: two 'nodes' could never meet."""
     with pytest.raises(ValueError, match='^bandwidth with 2 commands: '):
@@ -182,35 +166,23 @@ def test_a_data_folder_that_is_a_file_is_named_by_its_variable(tmp_path, monkeyp
     assert list(tmp_path.iterdir()) == [path] and path.read_text() == 'a file\n'
 
 
-def denied(path):
-    """What the OS raises for path when this user may not search a folder above it."""
-    return PermissionError(13, 'Permission denied', str(path))
+@pytest.mark.parametrize('method', ['stat', 'read_bytes'], ids=['folder', 'file'])
+def test_a_data_folder_or_file_this_user_cannot_read_is_named(
+        tmp_path, fashion_root, monkeypatch, offline, method):
+    """C6: pathlib's is_file raises PermissionError below a folder this user may not
+    search (root never sees it), and read_bytes for a file it may not open."""
+    root, real = tmp_path / 'd', getattr(Path, method)
+    root.mkdir()
+    (root / 'FashionMNIST').symlink_to(fashion_root / 'FashionMNIST')
 
-
-def test_a_data_folder_this_user_cannot_search_is_named(tmp_path, monkeypatch, offline):
-    """C6: pathlib's is_file raises PermissionError there (root never sees it)."""
-    locked, stat = tmp_path / 'locked', Path.stat
-
-    def stat_as_another_user(self, **kw):
-        if locked in self.parents:
-            raise denied(self)
-        return stat(self, **kw)
-    monkeypatch.setattr(Path, 'stat', stat_as_another_user)
+    def as_another_user(self, **kwargs):
+        if root in self.parents:
+            raise PermissionError(13, 'Permission denied', str(self))
+        return real(self, **kwargs)
+    monkeypatch.setattr(Path, method, as_another_user)
     with pytest.raises(dp.DataUnavailableError) as error:
-        dp.read_fashion_mnist(True, locked / 'd')
-    raw = locked / 'd' / 'FashionMNIST' / 'raw'
+        dp.read_fashion_mnist(True, root)
     assert str(error.value) == (
-        f'cannot read {raw} (Permission denied): let this user read it, or set '
-        'MULTIGPU_DATA to a readable folder that holds FashionMNIST/raw/.')
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_a_data_file_this_user_cannot_read_is_named(fashion_root, monkeypatch):
-    """C6: the file is there, with its size, but open() is refused."""
-    def read_as_another_user(self):
-        raise denied(self)
-    monkeypatch.setattr(Path, 'read_bytes', read_as_another_user)
-    with pytest.raises(dp.DataUnavailableError) as error:
-        dp.read_fashion_mnist(False)
-    assert str(error.value).startswith(
-        f'cannot read {fashion_root}/FashionMNIST/raw (Permission denied): ')
+        f'cannot read {root}/FashionMNIST/raw (Permission denied): let this user read '
+        'it, or set MULTIGPU_DATA to a readable folder that holds FashionMNIST/raw/.')
+    assert [p.name for p in root.iterdir()] == ['FashionMNIST']  # nothing made

@@ -7,16 +7,14 @@ import signal
 import subprocess
 import sys
 import time
-import types
 from pathlib import Path
 
 import psutil
 import pytest
 from jupyter_client.manager import start_new_kernel
 
-from data_parallel import launch, network, processes
-
-CPU_ONLY = {'CUDA_VISIBLE_DEVICES': ''}
+from data_parallel import CPU_ONLY, launch, network, processes
+from tests.helpers import REQUIRE_THROTTLE
 
 # Rank 0 says ready, then waits for the file argv[1], which only a reader of that line
 # creates: were the output held back to the end, it would give up (exit code 3) after
@@ -106,10 +104,10 @@ def test_failure_shows_what_every_process_said():
 CALLER = '''
 import ast, os, signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)
-from data_parallel import launch
+from data_parallel import CPU_ONLY, launch
 print('/proc exists:', os.path.exists('/proc'), flush=True)
 try:
-    launch.launch(ast.literal_eval(sys.argv[1]), env={'CUDA_VISIBLE_DEVICES': ''},
+    launch.launch(ast.literal_eval(sys.argv[1]), env=CPU_ONLY,
                   timeout=int(sys.argv[2]), echo=True,
                   bandwidth=ast.literal_eval(sys.argv[3]) if sys.argv[3:] else None)
     print('ended')
@@ -148,9 +146,8 @@ def test_a_caller_interrupted_or_killed_ends_the_job(request, marker, leftovers,
     the guard's SIGTERM must reach torchrun through unshare and sh."""
     if bandwidth:
         request.getfixturevalue('throttle')  # skips where none can be made
-    command = torchrun_job(marker)
-    caller = subprocess.Popen([sys.executable, '-c', CALLER, repr(command), '300',
-                               repr(bandwidth)],
+    caller = subprocess.Popen([sys.executable, '-c', CALLER, repr(torchrun_job(marker)),
+                               '300', repr(bandwidth)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert caller.stdout.readline() == '/proc exists: True\n'
     assert caller.stdout.readline() == 'ready\n', caller.stderr.read()
@@ -203,52 +200,42 @@ def test_a_ctrl_c_inside_popen_poll_still_ends_the_job(marker, leftovers):
     assert leftovers(marker) == []
 
 
+def said(kc, wanted):
+    """The content of the kernel's first iopub message that wanted accepts."""
+    # iopub, not shell: the shell queues replies to wait_for_ready's kernel_info
+    # requests (one a second) before the cell's, when the kernel was slow to start
+    deadline = time.monotonic() + 120
+    while not wanted(content := kc.get_iopub_msg(timeout=120)['content']):
+        assert time.monotonic() < deadline, 'the kernel never said it'
+    return content
+
+
 @contextlib.contextmanager
 def kernel_running(command):
-    """A Jupyter kernel, its client and the id of its cell that launches command."""
+    """A Jupyter kernel and its client, running a cell whose launch of command is up."""
     km, kc = start_new_kernel(kernel_name='python3')
     try:
-        msg_id = kc.execute(f'from data_parallel import launch\nlaunch.launch('
-                            f'{command!r}, env={CPU_ONLY!r}, timeout=300, echo=True)')
-        deadline = time.monotonic() + 120  # only a stream message has a text
-        while 'ready' not in kc.get_iopub_msg(timeout=120)['content'].get('text', ''):
-            assert time.monotonic() < deadline, 'the job in the kernel never said ready'
-        yield km, kc, msg_id
+        kc.execute(f'from data_parallel import launch\nlaunch.launch('
+                   f'{command!r}, env={CPU_ONLY!r}, timeout=300, echo=True)')
+        said(kc, lambda content: 'ready' in content.get('text', ''))  # a stream's text
+        yield km, kc
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
 
 
-def reply_to(kc, msg_id, timeout):
-    """The shell reply to request msg_id, past the replies to earlier requests."""
-    # wait_for_ready asks kernel_info each second until answered: a kernel slow to start
-    # (a busy CI) answers them all, and those replies come first.
-    deadline = time.monotonic() + timeout
-    while True:
-        reply = kc.get_shell_msg(timeout=max(deadline - time.monotonic(), 0.1))
-        if reply['parent_header'].get('msg_id') == msg_id:
-            return reply
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize('interrupt', [True, False], ids=['interrupt', 'shutdown'])
 def test_a_kernel_interrupted_or_shut_down_ends_the_job(marker, leftovers, interrupt):
-    with kernel_running(torchrun_job(marker)) as (km, kc, msg_id):
+    with kernel_running(torchrun_job(marker)) as (km, kc):
         if interrupt:
             km.interrupt_kernel()
-            assert reply_to(kc, msg_id, 60)['content']['ename'] == 'KeyboardInterrupt'
+            error = said(kc, lambda content: 'ename' in content)  # the cell's error
+            assert error['ename'] == 'KeyboardInterrupt'
         else:
             kc.stop_channels()
             km.shutdown_kernel(now=True)  # SIGKILL: the cell's finally never runs
         assert leftovers(marker) == []
-
-
-def test_reply_to_skips_the_replies_to_earlier_requests():
-    """As after a slow kernel start: kernel_info replies queued before the cell's."""
-    replies = [{'parent_header': {'msg_id': 'info-2'}, 'content': {'status': 'ok'}},
-               {'parent_header': {'msg_id': 'cell'}, 'content': {'ename': 'X'}}]
-    client = types.SimpleNamespace(get_shell_msg=lambda timeout: replies.pop(0))
-    assert reply_to(client, 'cell', timeout=1)['content'] == {'ename': 'X'}
 
 
 @pytest.mark.parametrize('patch, kwargs, line', [
@@ -385,7 +372,7 @@ def hidden_proc():
         problem = result.returncode and (result.stderr.strip() or 'unshare failed')
     except OSError as error:  # no unshare
         problem = str(error)
-    if problem and os.environ.get('MULTIGPU_REQUIRE_THROTTLE'):  # as conftest's
+    if problem and os.environ.get(REQUIRE_THROTTLE):  # as conftest's throttle
         pytest.fail(f'user namespaces are required, yet: {problem}')
     if problem:
         pytest.skip(f'/proc cannot be hidden here: {problem}')

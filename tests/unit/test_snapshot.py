@@ -1,7 +1,4 @@
-"""train_ddp's snapshot files without torchrun (data_parallel.snapshot, on files): the
-previous generation kept, a damaged newest replaced by it, unusable paths named before
-any work, other flags (C3), a crash inside the restore (C10b), a full disk (C11), two
-jobs on one path (C15); a chapter's results file written as safely."""
+"""Snapshot and results files without torchrun; Cn: a case of the reliability review."""
 import errno
 import fcntl
 import json
@@ -18,12 +15,12 @@ from data_parallel import files, models, results, snapshot, train_ddp
 ARGS = train_ddp.parse_args([])  # the flags a snapshot records
 
 
-def save(path, epoch):
+def save(path, epoch, how=snapshot.write):
     """A snapshot of the untrained LeNet, as if `epoch` epochs had run."""
     model = models.LeNet()
     optimizer = torch.optim.SGD(model.parameters(), lr=ARGS.lr)
     history = {'accuracies': [0.5] * epoch, 'epoch_seconds': [1.0] * epoch}
-    snapshot.write(path, model, optimizer, epoch, history, ARGS)
+    how(path, model, optimizer, epoch, history, ARGS)
 
 
 def epoch_of(path):
@@ -58,27 +55,26 @@ def one_process():
     dist.destroy_process_group()
 
 
+@pytest.mark.parametrize('damaged', [False, True], ids=['newest', 'its-fallback'])
 @pytest.mark.parametrize('flags, says', [
     (['--model', 'resnet18'], 'was taken with --model lenet (this run: resnet18)'),
     (['--lr', '0.05'], 'was taken with --lr 0.2 (this run: 0.05)'),
     (['--num-train', '512'], 'was taken without --num-train (this run: 512)'),
 ])
 def test_other_flags_stop_the_job_with_one_line_before_any_epoch(
-        two_saved, one_process, flags, says):
-    path, before = two_saved, two_saved.read_bytes()
+        two_saved, one_process, flags, says, damaged):
+    """C3; a.pt.prev's flags when a.pt is damaged, and then nothing is set aside."""
+    path = two_saved
+    if damaged:
+        path.write_bytes(b'cut short')
+    before = path.read_bytes()
     with pytest.raises(SystemExit) as exit_info:
         snapshot.load(path, train_ddp.parse_args(flags))
     assert exit_info.value.code == (
         f'--snapshot {path} {says}: pass the same flags to resume, or another '
         '--snapshot to start afresh.')
     assert path.read_bytes() == before
-
-
-def test_a_fallback_of_other_flags_changes_nothing(tmp_path, cut_short):
-    path = cut_short
-    with pytest.raises(snapshot.SnapshotError, match='was taken with --model lenet'):
-        snapshot.newest(path, train_ddp.parse_args(['--model', 'resnet18']))
-    assert path.read_bytes() == b'cut short' and 'a.pt.damaged' not in names(tmp_path)
+    assert names(path.parent) == ['a.pt', 'a.pt.lock', 'a.pt.prev']
 
 
 def test_a_snapshot_without_its_history_is_not_one_of_this_script(tmp_path):
@@ -91,12 +87,8 @@ def test_a_snapshot_without_its_history_is_not_one_of_this_script(tmp_path):
         snapshot.read(path)
 
 
-def test_the_record_reports_the_learning_rate_the_steps_used(tmp_path, monkeypatch):
+def test_the_record_reports_the_learning_rate_the_steps_used(monkeypatch, one_process):
     optimizer = torch.optim.SGD(models.LeNet().parameters(), lr=0.2)
-    monkeypatch.setattr(train_ddp.dist, 'get_world_size', lambda: 1)
-    monkeypatch.setattr(train_ddp.dist, 'get_rank', lambda: 0)
-    monkeypatch.setattr(train_ddp.dist, 'get_backend', lambda: 'gloo')
-    monkeypatch.setattr(train_ddp.dist, 'all_gather_object', lambda out, x: None)
     records = []
     monkeypatch.setattr(train_ddp, 'print_result', records.append)
     history = {'accuracies': [], 'epoch_seconds': [1.0]}
@@ -123,14 +115,6 @@ def test_a_read_error_is_not_damage_and_moves_nothing(tmp_path, two_saved,
     assert epoch_of(path) == 2 and 'a.pt.damaged' not in names(tmp_path)
 
 
-def test_an_earlier_damaged_copy_is_kept(tmp_path, cut_short, capsys):
-    (tmp_path / 'a.pt.damaged').write_bytes(b'damaged long ago')
-    assert snapshot.newest(cut_short, ARGS)['epoch'] == 1
-    assert (tmp_path / 'a.pt.damaged').read_bytes() == b'damaged long ago'
-    assert (tmp_path / 'a.pt.damaged-2').read_bytes() == b'cut short'
-    assert '(kept as a.pt.damaged-2)' in capsys.readouterr().out
-
-
 class Crash(BaseException):
     """A process that dies where it stands (SIGKILL, a power loss)."""
 
@@ -155,14 +139,6 @@ def test_a_crash_inside_the_restore_leaves_a_snapshot_to_resume_from(
     assert 'a.pt.damaged-2' not in names(tmp_path)  # the same damaged file, once
 
 
-def test_after_a_restore_path_and_prev_are_separate_files(cut_short):
-    path = cut_short
-    snapshot.newest(path, ARGS)
-    assert not os.path.samefile(path, snapshot.previous(path))
-    path.write_bytes(b'overwritten in place')  # cp, or a reader's torch.save
-    assert epoch_of(snapshot.previous(path)) == 1
-
-
 def full_disk(obj, f, *args, **kwargs):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
@@ -180,11 +156,8 @@ def test_a_failed_write_leaves_the_snapshots_and_no_temporary(
     """C11: a full disk or an I/O error in torch.save: one line, exit, nothing lost."""
     path = two_saved
     monkeypatch.setattr(snapshot.torch, 'save', fails)
-    model = models.LeNet()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
-    history = {'accuracies': [0.5] * 3, 'epoch_seconds': [1.0] * 3}
     with pytest.raises(SystemExit) as exit_info:
-        snapshot.save(path, model, optimizer, 3, history, ARGS)
+        save(path, 3, snapshot.save)
     line = exit_info.value.code
     assert line.startswith(f'--snapshot {path}: cannot write the snapshot of epoch 3 '
                            f'({reason}, ') and '\n' not in line
@@ -225,20 +198,17 @@ def test_a_snapshot_in_a_new_folder_is_locked_from_the_start(tmp_path):
         fcntl.flock(other_job, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
-def test_the_previous_snapshot_is_kept_as_prev(tmp_path, two_saved):
+def no_links(src, dst):
+    raise PermissionError(1, 'Operation not permitted')
+
+
+@pytest.mark.parametrize('link', [os.link, no_links], ids=['hard-link', 'copy'])
+def test_the_previous_snapshot_is_kept_as_prev(tmp_path, two_saved, monkeypatch, link):
+    """A second name for the file, or a copy where hard links are refused."""
+    monkeypatch.setattr(os, 'link', link)
     save(two_saved, 3)
     assert epoch_of(two_saved) == 3 and epoch_of(snapshot.previous(two_saved)) == 2
     assert names(tmp_path) == ['a.pt', 'a.pt.prev']
-
-
-def test_without_hard_links_the_previous_snapshot_is_copied(tmp_path, monkeypatch):
-    def no_links(src, dst):
-        raise PermissionError(1, 'Operation not permitted')
-    monkeypatch.setattr(os, 'link', no_links)
-    path = tmp_path / 'a.pt'
-    for epoch in (1, 2):
-        save(path, epoch)
-    assert epoch_of(path) == 2 and epoch_of(snapshot.previous(path)) == 1
 
 
 def test_a_fresh_start_drops_an_earlier_runs_prev(two_saved):
@@ -270,14 +240,23 @@ def test_file_and_folder_are_flushed_before_and_after_the_rename(tmp_path, monke
                       ('fsync', tmp_path.name)]
 
 
+@pytest.mark.parametrize('earlier, kept', [
+    (b'', 'a.pt.damaged'), (b'damaged long ago', 'a.pt.damaged-2')],
+    ids=['first-damage', 'damaged-before'])
 def test_a_damaged_newest_snapshot_gives_way_to_the_previous_one(tmp_path, cut_short,
-                                                                 capsys):
+                                                                 capsys, earlier, kept):
+    """An earlier damaged copy (a.pt.damaged) is kept as it was."""
     path = cut_short
+    if earlier:
+        (tmp_path / 'a.pt.damaged').write_bytes(earlier)
     assert snapshot.newest(path, ARGS)['epoch'] == 1
     assert capsys.readouterr().out == (
-        f'--snapshot {path} is damaged (kept as a.pt.damaged): resuming from '
+        f'--snapshot {path} is damaged (kept as {kept}): resuming from '
         'a.pt.prev, the snapshot before it\n')
-    assert (tmp_path / 'a.pt.damaged').read_bytes() == b'cut short'
+    assert (tmp_path / kept).read_bytes() == b'cut short'
+    assert (tmp_path / 'a.pt.damaged').read_bytes() == (earlier or b'cut short')
+    # separate files: writing into path in place (cp, torch.save) leaves prev alone
+    assert not os.path.samefile(path, snapshot.previous(path))
     assert epoch_of(path) == 1  # the next save keeps this one as prev
     save(path, 2)
     assert epoch_of(snapshot.previous(path)) == 1
