@@ -1,4 +1,4 @@
-"""Shared fixtures. The helper package is installed (`pip install -e .`), not on a path."""
+"""Shared fixtures (the helper package is installed by `pip install -e .`)."""
 import os
 import shutil
 import subprocess
@@ -119,7 +119,7 @@ def left_after(marker, seconds=60):
 
 @pytest.fixture(scope='session')
 def leftovers():
-    """left_after: what a job left running, after up to 60 s (marked by its tmp_path)."""
+    """left_after: what a job left running, after up to 60 s (its tmp_path marks it)."""
     return left_after
 
 

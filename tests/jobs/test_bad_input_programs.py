@@ -1,21 +1,16 @@
 """Bad input to the programs answered in one line (issue 21, item 3; slow: each one
-starts Python with torch, a torchrun job or a kernel).
-
-The case numbers are those of the bad-input table in the reliability findings (§4).
-Each test asserts the exact last line, that nothing before it is a traceback (only
-argparse's usage may come first), and that no file was changed.
-"""
-import os
-import subprocess
+starts Python with torch, a torchrun job or a kernel). The case numbers are those of the
+bad-input table in the reliability findings (§4). Each test asserts the exact last line,
+that nothing before it is a traceback (only argparse's usage may come first), and that
+no file was changed."""
 import sys
 
 import nbformat
 import pytest
 
-import data_parallel as dp
-from data_parallel import launch
+from data_parallel import CPU_ONLY, launch
+from tests.jobs.helpers import failure, python
 
-ROOT = dp.repo_root()
 OFFLINE = {'http_proxy': 'http://127.0.0.1:9', 'https_proxy': 'http://127.0.0.1:9'}
 START = 'Start this module with torchrun, for example: torchrun --standalone '
 
@@ -26,13 +21,6 @@ def the_one_line(result, before=('usage: ', ' ')):
     lines = result.stderr.strip().splitlines()
     assert [line for line in lines[:-1] if not line.startswith(before)] == [], lines
     return lines[-1]
-
-
-def run(argv, env=None):
-    """Run python argv in the repository's root, without GPUs."""
-    env = {**os.environ, 'CUDA_VISIBLE_DEVICES': '', **(env or {})}
-    return subprocess.run([sys.executable, *argv], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT, env=env)
 
 
 @pytest.mark.slow
@@ -50,7 +38,7 @@ def run(argv, env=None):
      'gpu_check.py takes no arguments (got --foo): run it as `make gpu-check`.'),
 ])
 def test_a_program_refuses_bad_input_in_one_line(case, argv, code, line):
-    result = run(argv)
+    result = python(*argv)
     assert result.returncode == code
     assert the_one_line(result) == line
 
@@ -58,7 +46,7 @@ def test_a_program_refuses_bad_input_in_one_line(case, argv, code, line):
 @pytest.mark.slow
 def test_gpu_check_without_a_gpu_says_there_is_nothing_to_check():
     """Case 18: exit 0 and one line, since no GPU is no error."""
-    result = run(['tools/gpu_check.py'])
+    result = python('tools/gpu_check.py')
     assert result.returncode == 0 and result.stderr == ''
     assert result.stdout.strip().splitlines()[-1] == (
         'No GPU that PyTorch can use (torch.cuda.is_available() is False): '
@@ -68,7 +56,8 @@ def test_gpu_check_without_a_gpu_says_there_is_nothing_to_check():
 @pytest.mark.slow
 def test_benchmark_without_data_offline_says_where_to_put_it(tmp_path):
     """Case 16: one line naming MULTIGPU_DATA, and no empty folder left behind."""
-    result = run(['-m', 'tools.benchmark'], {'MULTIGPU_DATA': str(tmp_path), **OFFLINE})
+    result = python('-m', 'tools.benchmark', env={'MULTIGPU_DATA': str(tmp_path),
+                                                  **OFFLINE})
     assert result.returncode == 1
     assert the_one_line(result) == (
         f'benchmark: Fashion-MNIST is not in {tmp_path}/FashionMNIST/raw and '
@@ -85,7 +74,7 @@ def test_a_failing_notebook_is_named_and_not_saved(tmp_path):
     nbformat.write(nbformat.v4.new_notebook(
         cells=[nbformat.v4.new_code_cell('1 / 0')]), path)
     before = path.read_bytes()
-    result = run([ROOT / 'tools' / 'execute_notebooks.py', path])
+    result = python('tools/execute_notebooks.py', path)
     assert result.returncode == 1
     # ipykernel's own warning on stderr (a kernel on TCP) may come first
     assert the_one_line(result, '[IPKernelApp] WARNING') == (
@@ -96,11 +85,9 @@ def test_a_failing_notebook_is_named_and_not_saved(tmp_path):
 @pytest.mark.slow
 def test_allreduce_of_more_than_memory_stops_in_one_line(fashion_root):
     """Case 10: --mb 1e9 was the allocator's traceback in every worker."""
-    command = launch.torchrun_command(['allreduce', '--mb', '1e9'], world_size=2,
-                                      module='data_parallel.jobs.perf_workers')
-    with pytest.raises(RuntimeError) as error:
-        launch.launch(command, env={'CUDA_VISIBLE_DEVICES': ''}, timeout=120)
-    assert str(error.value).splitlines() == [
+    error = failure('data_parallel.jobs.perf_workers', 2, 'allreduce', '--mb', '1e9',
+                    timeout=120)
+    assert error.splitlines() == [
         'torchrun exited with code 1:',
         '--mb 1e+09: 1e+06 GB per process do not fit in the memory of cpu: '
         'use a smaller --mb.']
@@ -129,8 +116,7 @@ def test_a_batch_that_does_not_split_evenly_stops_the_job_in_one_line(
     line = (f'--batch-size {size} does not split evenly over {world_size} processes: '
             f'use a multiple of {world_size}.')
     with pytest.raises(RuntimeError) as error:
-        launch.launch(unchecked(module, world_size, *args),
-                      env={'CUDA_VISIBLE_DEVICES': ''}, timeout=180)
+        launch.launch(unchecked(module, world_size, *args), env=CPU_ONLY, timeout=180)
     said = str(error.value).splitlines()
     assert said[0] == 'torchrun exited with code 1:' and said[-1] == line, said
     assert said.count(line) == 1 and 'Traceback' not in str(error.value), said

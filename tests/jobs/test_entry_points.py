@@ -1,14 +1,10 @@
-"""Bad input at every entry point gets one clear line that says what to do.
-
-No traceback from inside a library, no hang, and nothing on disk changed: the DDP
-program's flags and snapshot file, the data files, the other programs' flags, and the
-helper package's public functions.
-"""
+"""Bad input at every entry point gets one clear line that says what to do, with no
+traceback from inside a library, no hang, and nothing on disk changed: the DDP program's
+flags and snapshot file, the data files, the other programs' flags, and the helper
+package's public functions."""
 import contextlib
 import shutil
 import socket
-import subprocess
-import sys
 import threading
 import time
 
@@ -18,15 +14,10 @@ import torch
 import data_parallel as dp
 from data_parallel import launch, models, snapshot, train_ddp
 from data_parallel.jobs import faults
+from tests.jobs.helpers import failure, python
 
-ROOT = dp.repo_root()
-
-
-def one_error_line(result):
-    """The last line of stderr, after checking that nothing else was said but usage."""
-    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
-    assert 'Traceback' not in result.stderr, result.stderr
-    return lines[-1]
+PERF, SHARD = 'data_parallel.jobs.perf_workers', 'data_parallel.jobs.shard_workers'
+TP = 'data_parallel.jobs.tp_workers'
 
 
 @pytest.mark.parametrize('argv, message', [
@@ -58,14 +49,6 @@ def garbage(path):
     path.write_bytes(b'not a snapshot at all')
 
 
-def foreign_object(path):
-    torch.save({'model': torch.nn.Linear(2, 2)}, path)  # a whole module: not weights only
-
-
-def wrong_keys(path):
-    torch.save({'weights': torch.zeros(3)}, path)
-
-
 def truncated(path):
     model = models.LeNet()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -75,7 +58,12 @@ def truncated(path):
     path.write_bytes(data[:len(data) // 2])
 
 
-@pytest.mark.parametrize('damage', [garbage, foreign_object, wrong_keys, truncated])
+@pytest.mark.parametrize('damage', [
+    garbage,
+    lambda path: torch.save({'model': torch.nn.Linear(2, 2)}, path),  # not weights only
+    lambda path: torch.save({'weights': torch.zeros(3)}, path),  # other keys
+    truncated,
+], ids=['garbage', 'a-whole-module', 'wrong-keys', 'truncated'])
 def test_a_damaged_snapshot_gets_one_line_and_stays_as_it_is(tmp_path, damage):
     path = tmp_path / 'snapshot.pt'
     damage(path)
@@ -90,14 +78,13 @@ def test_a_damaged_snapshot_gets_one_line_and_stays_as_it_is(tmp_path, damage):
 
 
 @pytest.mark.slow
-def test_torchrun_job_with_a_damaged_snapshot_stops_with_that_line(tmp_path, fashion_root):
+def test_torchrun_job_with_a_damaged_snapshot_stops_with_that_line(tmp_path,
+                                                                   fashion_root):
     path = tmp_path / 'snapshot.pt'
     garbage(path)
-    command = launch.torchrun_command(['--snapshot', path, '--num-train', 256],
-                                      world_size=2)
-    with pytest.raises(RuntimeError) as error:
-        launch.launch(command, env={'CUDA_VISIBLE_DEVICES': ''}, timeout=120)
-    assert f'--snapshot {path} is damaged or not a PyTorch file.' in str(error.value)
+    error = failure(launch.TRAINER, 2, '--snapshot', path, '--num-train', 256,
+                    timeout=120)
+    assert f'--snapshot {path} is damaged or not a PyTorch file.' in error
     assert path.read_bytes() == b'not a snapshot at all'
 
 
@@ -112,35 +99,40 @@ def test_a_truncated_data_file_is_named(tmp_path, fashion_root):
         dp.read_fashion_mnist(True, root=tmp_path)
     message = str(error.value)
     assert str(images) in message and '1,000,000 bytes instead of 47,040,016' in message
-    assert 'download' not in message.split('.')[0]  # it says damaged, not "download failed"
+    assert 'download' not in message.split('.')[0]  # damaged, not "download failed"
     assert images.stat().st_size == 1_000_000  # nothing was replaced behind our back
-    X_test, _ = dp.read_fashion_mnist(False, root=tmp_path)  # the intact files still load
+    X_test, _ = dp.read_fashion_mnist(False, root=tmp_path)  # the intact split loads
     assert X_test.shape == (10_000, 1, 28, 28)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize('argv, message', [
-    (['-m', 'data_parallel.jobs.perf_workers', 'allreduce', '--mb', '-1'],
+    (['-m', PERF, 'allreduce', '--mb', '-1'],
      'argument --mb: -1: use a finite number greater than 0'),
-    (['-m', 'data_parallel.jobs.perf_workers', 'train', '--steps', '0'],
-     'argument --steps: 0 is too small'),
-    (['-m', 'data_parallel.jobs.perf_workers', 'train', '--impls', 'magic'],
-     "invalid choice: 'magic'"),
-    (['-m', 'tools.benchmark', '--batches', '0'],
-     'argument --batches: 0 is too small'),
+    (['-m', PERF, 'train', '--steps', '0'], 'argument --steps: 0 is too small'),
+    (['-m', PERF, 'train', '--impls', 'magic'], "invalid choice: 'magic'"),
+    (['-m', SHARD, 'train', '--steps', '0'], 'argument --steps: 0 is too small'),
+    (['-m', SHARD, 'train', '--impls', 'magic'], "invalid choice: 'magic'"),
+    (['-m', SHARD, 'zero1', '--lr', '-1'],
+     'argument --lr: -1: use a finite number greater than 0'),
+    (['-m', SHARD, 'zero1'], 'Start this module with torchrun'),
+    (['-m', TP, 'check', '--dim', '0'], 'argument --dim: 0 is too small'),
+    (['-m', TP, 'cost', '--batch-sizes', 'x'],
+     "argument --batch-sizes: 'x' is not a whole"),
+    (['-m', TP, 'check'], 'Start this module with torchrun'),
+    (['-m', 'tools.benchmark', '--batches', '0'], 'argument --batches: 0 is too small'),
     (['-m', 'tools.benchmark', '--repeats', 'many'],
      "argument --repeats: 'many' is not a whole number"),
-    ([str(ROOT / 'tools' / 'execute_notebooks.py'), 'book/99_missing.ipynb'],
+    (['tools/execute_notebooks.py', 'book/99_missing.ipynb'],
      'book/99_missing.ipynb: no such notebook'),
-    ([str(ROOT / 'tools' / 'execute_notebooks.py')],
+    (['tools/execute_notebooks.py'],
      'usage: execute_notebooks.py NOTEBOOK.ipynb [...]'),
     (['-m', 'data_parallel.train_ddp'], 'Start this module with torchrun'),
 ])
 def test_programs_answer_bad_flags_with_one_line(argv, message):
-    result = subprocess.run([sys.executable, *argv], capture_output=True, text=True,
-                            timeout=120, cwd=ROOT)
-    assert result.returncode != 0
-    assert message in one_error_line(result)
+    result = python(*argv)
+    assert result.returncode != 0 and 'Traceback' not in result.stderr, result.stderr
+    assert message in result.stderr.strip().splitlines()[-1]
 
 
 @pytest.mark.parametrize('call, message', [
@@ -181,27 +173,23 @@ def refusing_proxy():
 
 @pytest.mark.slow  # two torchrun jobs
 def test_offline_without_data_one_process_downloads_and_says_so(tmp_path):
-    """C4: every worker of a job wanted the data; only the first one may try to fetch
-    it, so a job of 2 processes makes the requests of a job of 1, and ends in one line.
-    """
+    """C4: every worker of a job wanted the data; only the first one may fetch it, so
+    a job of 2 processes makes the requests of a job of 1, and ends in one line."""
     requests = {}
     for world_size in (1, 2):
         empty = tmp_path / f'empty-{world_size}'
         empty.mkdir()
         with refusing_proxy() as (proxy, count):
-            env = {'CUDA_VISIBLE_DEVICES': '', dp.DATA_ENV: str(empty),
+            env = {dp.DATA_ENV: str(empty), 'no_proxy': '', 'NO_PROXY': '',
                    **{name: proxy for name in ('http_proxy', 'https_proxy',
-                                               'HTTP_PROXY', 'HTTPS_PROXY')},
-                   'no_proxy': '', 'NO_PROXY': ''}
+                                               'HTTP_PROXY', 'HTTPS_PROXY')}}
             start = time.monotonic()
-            with pytest.raises(RuntimeError) as error:
-                launch.launch(launch.torchrun_command(['--epochs', 1], world_size),
-                              env=env, timeout=120)
+            error = failure(launch.TRAINER, world_size, '--epochs', 1, env=env,
+                            timeout=120)
             requests[world_size] = count[0]
         assert time.monotonic() - start < 60
         raw = empty / 'FashionMNIST' / 'raw'
-        assert f'Fashion-MNIST is not in {raw} and downloading it failed' \
-               in str(error.value), error.value
-        assert 'Traceback (most recent' not in str(error.value), error.value
+        assert f'Fashion-MNIST is not in {raw} and downloading it failed' in error
+        assert 'Traceback (most recent' not in error, error
         assert list(empty.iterdir()) == []  # nothing left behind
     assert requests[1] > 0 and requests[2] == requests[1], requests

@@ -2,23 +2,20 @@
 unsplit model, the schedules' tables and activations held, sleeping stages timed, and
 data, tensor and pipeline parallelism side by side. Every job runs on the CPU (gloo)."""
 import pytest
+import torch
 
-from data_parallel import launch, pipeline
+from data_parallel import pipeline
 from data_parallel.cli import JobArgumentError
 from data_parallel.jobs import pp_workers
+from tests.jobs.helpers import failure, record_of
 
-CPU_ONLY = {'CUDA_VISIBLE_DEVICES': ''}  # gloo on the CPU, also on a GPU runner
-
-
-def run(world_size, *args):
-    """torchrun pp_workers with world_size processes on the CPU: its record."""
-    return launch.run(pp_workers, world_size, *args, env=CPU_ONLY, timeout=300)
+PP = pp_workers.__name__
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize('p', [2])  # p = 4: chapter 12's job, with the same asserts
 def test_schedules_give_the_unsplit_gradients(p):
-    result = run(p, 'schedules', '--forward-ms', 5)
+    result = record_of(PP, p, 'schedules', '--forward-ms', 5)
     assert result['world_size'] == p and result['backend'] == 'gloo'
     for name, r in result['schedules'].items():
         assert r['max_difference'] < 1e-6, (name, r['max_difference'])
@@ -38,7 +35,7 @@ def test_schedules_give_the_unsplit_gradients(p):
 
 @pytest.mark.slow
 def test_splits_send_what_their_models_say():
-    result = run(2, 'splits')
+    result = record_of(PP, 2, 'splits')
     v, n, B, width = result['variants'], result['num_params'], 32, 64
     models = {'data': 4 * n, 'tensor': 3 * 4 * B * width, 'pipeline': 4 * B * width}
     for name, model in models.items():  # payload plus gloo's headers
@@ -47,7 +44,7 @@ def test_splits_send_what_their_models_say():
     assert v['data']['parameter_bytes'] == [4 * n] * 2
     assert sum(v['pipeline']['parameter_bytes']) == 4 * n
     # saved for backward per example: DP and TP the input, each pair's hidden layer (TP:
-    # half of it) and its output, the target; each of DP's processes takes half the batch
+    # half of it) and its output, the target; each of DP's processes takes half a batch
     hidden = 256
     assert v['data']['activation_bytes'] == [4 * B // 2 * (4 * width + 2 * hidden)] * 2
     assert v['tensor']['activation_bytes'] == [4 * B * (4 * width + hidden)] * 2
@@ -55,11 +52,10 @@ def test_splits_send_what_their_models_say():
 
 @pytest.mark.slow
 def test_more_processes_than_layers_is_one_line():
-    with pytest.raises(RuntimeError) as error:
-        run(4, 'schedules', '--layers', 1)
+    error = failure(PP, 4, 'schedules', '--layers', 1)
     assert ('4 processes for a model of 3 layers: start at most 3 processes, or pass '
-            '--layers 2 or more.') in str(error.value)
-    assert 'Traceback' not in str(error.value).split('torchrun exited')[0]
+            '--layers 2 or more.') in error
+    assert 'Traceback' not in error.split('torchrun exited')[0]
 
 
 @pytest.mark.parametrize('argv, message', [
@@ -71,11 +67,10 @@ def test_more_processes_than_layers_is_one_line():
 ])
 def test_bad_flags_are_one_line_before_any_job(argv, message):
     with pytest.raises(JobArgumentError, match=message.replace('.', r'\.')):
-        launch.run(pp_workers, 2, *argv)
+        record_of(PP, 2, *argv)
 
 
 def test_the_loss_divides_by_the_number_of_micro_batches():
-    import torch
     output, y = torch.randn(8, 10), torch.randint(0, 10, (8,))
     whole = torch.nn.functional.cross_entropy(output, y)
     parts = sum(pp_workers.micro_batch_loss(4)(o, t)

@@ -1,62 +1,34 @@
 """data_parallel.jobs.shard_workers: ZeRO-1 from scratch, ZeroRedundancyOptimizer and
 FSDP2 against DDP, memory per rank, and a killed FSDP2 job resumed from DCP snapshots.
 Every job runs on the CPU (gloo) with a few steps on a slice of Fashion-MNIST."""
+import functools
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
 
 import data_parallel as dp
-from data_parallel import launch
-from data_parallel.jobs import shard_workers
+from tests.jobs.helpers import record_of, torchrun
 
-pytestmark = pytest.mark.slow  # every test here starts torchrun jobs or Python
-CPU_ONLY = {'CUDA_VISIBLE_DEVICES': ''}  # gloo on the CPU, also on a GPU runner
-
-
-def run(world_size, *args, max_restarts=0):
-    """torchrun shard_workers with world_size processes on the CPU: (result, output)."""
-    command = launch.torchrun_command(args, world_size, max_restarts,
-                                      module=shard_workers.__name__)
-    out, = launch.launch(command, env=CPU_ONLY, timeout=300)
-    return dp.read_result(out), out
+pytestmark = pytest.mark.slow  # every test here starts torchrun jobs
+SHARD = 'data_parallel.jobs.shard_workers'
 
 
-# --- torchrun jobs -------------------------------------------------------------------
-
-class TrainRuns(dict):
-    """The `train` mode's records by k, each job started when a test first needs it."""
-
-    def __missing__(self, k):
-        self[k] = run(k, 'train', '--steps', 2)[0]
-        return self[k]
+@functools.cache
+def train_run(k):
+    """The `train` mode's record (DDP, ZeRO, FSDP2 with Adam) for k processes, started
+    when a test first asks for it: a mutation's one test (tests/mutations) then starts
+    only the jobs it reads."""
+    return record_of(SHARD, k, 'train', '--steps', 2)
 
 
-@pytest.fixture(scope='module')
-def train_runs(fashion_root):
-    """The `train` mode (DDP, ZeRO, FSDP2 with Adam) for k = 1, 2, 3, 4, on demand: a
-    mutation's one test (tests/mutations) then starts only the jobs it reads."""
-    return TrainRuns()
-
-
-def test_train_runs_start_each_job_once_and_only_when_asked(monkeypatch):
-    started = []
-    monkeypatch.setattr(sys.modules[__name__], 'run',
-                        lambda k, *args: (started.append(k) or {'world_size': k}, ''))
-    runs = TrainRuns()
-    assert runs[2]['world_size'] == 2 and runs[2] is runs[2]
-    runs[4]
-    assert started == [2, 4]
-
-
-# k = 3 is chapter 9's job (zero1_runs), with these asserts in its hidden cell: one check
+# k = 3 is chapter 9's job (zero1_runs), these asserts in its hidden cell: one check
 @pytest.mark.parametrize('k', [2, 4])
 def test_zero1_from_scratch_equals_ddp(fashion_root, k):
     """Ring reduce-scatter + all-gather equal all_reduce; ZeRO-1 steps equal DDP's."""
-    result, _ = run(k, 'zero1', '--steps', 2)
-    assert result['checked'] and result['world_size'] == k and result['backend'] == 'gloo'
+    result = record_of(SHARD, k, 'zero1', '--steps', 2)
+    assert result['checked'] and result['world_size'] == k
+    assert result['backend'] == 'gloo'
     assert result['max_difference'] < 1e-6, result
     # 129,068 values: the momentum shards cover them once, sizes differ by at most one
     assert sum(result['momentum_values']) == result['num_params'] == 129_068
@@ -83,8 +55,8 @@ def test_chapter_9_runs_zero1_at_k_3_with_the_same_asserts():
 
 
 @pytest.mark.parametrize('k', [2, 3, 4])
-def test_zero_and_fsdp2_equal_ddp(train_runs, k):
-    impls = train_runs[k]['impls']
+def test_zero_and_fsdp2_equal_ddp(fashion_root, k):
+    impls = train_run(k)['impls']
     assert list(impls) == ['ddp', 'zero', 'fsdp']
     for impl, record in impls.items():
         # Adam moves a parameter by about lr = 1e-3 per step; rounding, well below
@@ -98,34 +70,34 @@ def held(record):
 
 
 @pytest.mark.parametrize('k', [2, 3, 4])
-def test_fsdp2_memory_per_rank_falls_as_one_over_k(train_runs, k):
-    one = held(train_runs[1]['impls']['fsdp'])
-    N = train_runs[1]['num_params']
+def test_fsdp2_memory_per_rank_falls_as_one_over_k(fashion_root, k):
+    one = held(train_run(1)['impls']['fsdp'])
+    N = train_run(1)['num_params']
     assert one == pytest.approx(3 * 4 * N, rel=1e-3)  # Adam: parameters, m and v
-    assert held(train_runs[k]['impls']['fsdp']) * k / one == pytest.approx(1, rel=0.10)
+    assert held(train_run(k)['impls']['fsdp']) * k / one == pytest.approx(1, rel=0.10)
     # DDP keeps everything everywhere
-    assert held(train_runs[k]['impls']['ddp']) == held(train_runs[1]['impls']['ddp'])
+    assert held(train_run(k)['impls']['ddp']) == held(train_run(1)['impls']['ddp'])
 
 
 @pytest.mark.parametrize('k', [2, 3, 4])
-def test_zero_optimizer_holds_each_state_once(train_runs, k):
-    impls = train_runs[k]['impls']
+def test_zero_optimizer_holds_each_state_once(fashion_root, k):
+    impls = train_run(k)['impls']
     assert sum(impls['zero']['optimizer_bytes']) == impls['ddp']['optimizer_bytes'][0]
     assert impls['zero']['parameter_bytes'] == impls['ddp']['parameter_bytes']
 
 
-def test_socket_bytes_follow_the_ring(train_runs):
+def test_socket_bytes_follow_the_ring(fashion_root):
     """DDP sends 2(k - 1)/k of the gradient bytes per process (gloo, measured)."""
     for k in (2, 4):
-        N = train_runs[k]['num_params']
-        for sent in train_runs[k]['impls']['ddp']['socket_bytes_per_step']:
+        N = train_run(k)['num_params']
+        for sent in train_run(k)['impls']['ddp']['socket_bytes_per_step']:
             assert sent / (4 * N) == pytest.approx(2 * (k - 1) / k, rel=0.05)
         # FSDP2 sends twice DDP's bytes, not the model's 1.5 times: gloo's
         # reduce-scatter is an allreduce (ProcessGroupGloo.cpp,
         # reduce_scatter_tensor_coalesced); ZeroRedundancyOptimizer 1.5 times (its
         # broadcasts)
         mean = {impl: sum(r['socket_bytes_per_step']) / k
-                for impl, r in train_runs[k]['impls'].items()}
+                for impl, r in train_run(k)['impls'].items()}
         assert mean['fsdp'] / mean['ddp'] == pytest.approx(2, abs=0.1), mean
         assert mean['zero'] / mean['ddp'] == pytest.approx(1.5, abs=0.1), mean
 
@@ -133,41 +105,19 @@ def test_socket_bytes_follow_the_ring(train_runs):
 def test_killed_fsdp2_job_resumes_from_dcp_and_equals_an_uninterrupted_run(
         fashion_root, tmp_path):
     common = ['--impls', 'fsdp', '--steps', 4]
-    resumed, out = run(2, 'train', *common, '--snapshot', tmp_path / 'snapshots',
-                       '--save-every', 2, '--fail-at-step', 3,
-                       '--save-params', tmp_path / 'resumed.pt', max_restarts=1)
+    out = torchrun(SHARD, 2, 'train', *common, '--snapshot', tmp_path / 'snapshots',
+                   '--save-every', 2, '--fail-at-step', 3,
+                   '--save-params', tmp_path / 'resumed.pt', max_restarts=1)
+    resumed = dp.read_result(out)
     assert resumed['restarts'] == 1 and resumed['resumed_after_step'] == 2
     assert 'resumed from the snapshot taken after step 2' in out
     assert sorted(p.name for p in (tmp_path / 'snapshots').iterdir()) == [
         'step-2', 'step-4']
-    plain, _ = run(2, 'train', *common, '--save-params', tmp_path / 'plain.pt')
+    plain = record_of(SHARD, 2, 'train', *common, '--save-params',
+                      tmp_path / 'plain.pt')
     assert plain['restarts'] == 0 and plain['resumed_after_step'] == 0
     a = torch.load(tmp_path / 'resumed.pt', weights_only=True)
     b = torch.load(tmp_path / 'plain.pt', weights_only=True)
     assert len(a) == len(b) == 6
     for x, y in zip(a, b):
         torch.testing.assert_close(x, y, rtol=0, atol=1e-6)
-
-
-def test_uneven_global_batch_stops_with_one_line():
-    """Refused before torchrun starts (the workers': test_bad_input_programs.py)."""
-    with pytest.raises(launch.JobArgumentError, match='^--batch-size 241 does not '
-                       'split evenly over 2 processes: use a multiple of 2.$'):
-        run(2, 'zero1', '--batch-size', 241, '--steps', 1)
-
-
-# --- Command line ----------------------------------------------------------------
-
-@pytest.mark.parametrize('argv, message', [
-    (['train', '--steps', '0'], 'argument --steps: 0 is too small'),
-    (['train', '--impls', 'magic'], "invalid choice: 'magic'"),
-    (['zero1', '--lr', '-1'], 'argument --lr: -1: use a finite number greater than 0'),
-    (['zero1'], 'Start this module with torchrun'),
-])
-def test_bad_flags_get_one_line(argv, message):
-    argv = [sys.executable, '-m', 'data_parallel.jobs.shard_workers', *argv]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    assert result.returncode != 0
-    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
-    assert message in lines[-1]
-    assert 'Traceback' not in result.stderr

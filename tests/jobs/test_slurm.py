@@ -35,13 +35,6 @@ def cluster(tmp_path_factory):
     cluster.stop()
 
 
-def submit(cluster, folder, *args, options=()):
-    """sbatch (with options) the book's script (with args) to run in folder; its id."""
-    said = cluster.run('sbatch', '--parsable', f'--chdir={folder}', *options,
-                       str(SCRIPT), *map(str, args))
-    return said.split(';')[0]
-
-
 def test_stop_leaves_no_process_port_or_file_behind(tmp_path):
     cluster = local_cluster(tmp_path / 'slurm')
     try:
@@ -88,7 +81,8 @@ def test_the_script_run_without_sbatch_says_to_submit_it():
 
 def test_a_rendezvous_port_already_taken_is_one_line(cluster, tmp_path):
     """Held by another program on the first node: the job fails at once, saying so."""
-    job = submit(cluster, tmp_path, options=['--hold'])  # its number, then it runs
+    job = cluster.run('sbatch', '--parsable', f'--chdir={tmp_path}', '--hold',
+                      str(SCRIPT))  # its number first, then it runs
     port = 20000 + int(job) % 12000  # as the script computes it
     with socket.create_server(('127.0.0.1', port)):
         cluster.run('scontrol', 'release', job)

@@ -1,7 +1,7 @@
-"""train_ddp's snapshots under torchrun: rank 0 killed in the middle of a save, a
-damaged newest snapshot, a snapshot of other flags, one in use by another job, and
-output paths that cannot be written, found before any training. Every job runs on the
-CPU (gloo), 2 processes, a slice of Fashion-MNIST."""
+"""train_ddp's snapshots under torchrun: a rank killed in an epoch or in the middle of a
+save, a damaged newest snapshot, a snapshot of other flags, one in use by another job,
+and output paths that cannot be written, found before any training. Every job runs on
+the CPU (gloo), 2 processes, a slice of Fashion-MNIST."""
 import fcntl
 from pathlib import Path
 
@@ -9,56 +9,51 @@ import pytest
 import torch
 
 import data_parallel as dp
-from data_parallel import launch, models, snapshot, train_ddp
+from data_parallel import CPU_ONLY, launch, models, snapshot, train_ddp
+from tests.jobs.helpers import failure, record_of, torchrun
 
 pytestmark = pytest.mark.slow  # every test here starts torchrun jobs
-CPU_ONLY = {'CUDA_VISIBLE_DEVICES': ''}  # gloo on the CPU, also on a GPU runner
 COMMON = ['--epochs', 3, '--num-train', 512, '--num-test', 200]
 FLAGS = train_ddp.parse_args([str(arg) for arg in COMMON])  # what a snapshot records
+FAULTS = 'data_parallel.jobs.faults'
 DIE_IN_SAVE = Path(__file__).with_name('die_in_save.py')
-
-
-def run(*args, env=None, max_restarts=0, script=None):
-    """torchrun train_ddp (or script) with 2 processes; return (stdout, RESULT)."""
-    command = launch.torchrun_command(args, 2, max_restarts, script=script)
-    stdout, = launch.launch(command, env={**CPU_ONLY, **(env or {})}, timeout=300)
-    return stdout, dp.read_result(stdout)
-
-
-def failure(*args):
-    """The error of a train_ddp job that must stop (RuntimeError's text)."""
-    with pytest.raises(RuntimeError) as error:
-        run(*args)
-    return str(error.value)
 
 
 @pytest.fixture(scope='module')
 def uninterrupted(tmp_path_factory, fashion_root):
     """(RESULT, final snapshot) of the run that nothing interrupts."""
     path = tmp_path_factory.mktemp('plain') / 'plain.pt'
-    _, record = run(*COMMON, '--snapshot', path)
-    return record, torch.load(path, weights_only=True)
+    return (record_of(launch.TRAINER, 2, *COMMON, '--snapshot', path),
+            torch.load(path, weights_only=True))
 
 
-@pytest.mark.parametrize('where', ['write', 'rename'])
-def test_rank_0_killed_in_a_save_resumes_from_the_last_complete_one(
-        tmp_path, uninterrupted, leftovers, where):
-    """Rank 0 dies in the save after epoch 2; the restart resumes after epoch 1."""
-    snapshot = tmp_path / 'lenet.pt'
-    env = {'DIE_IN_SAVE': '2', 'DIE_AT': where}
-    stdout, record = run(*COMMON, '--snapshot', snapshot, env=env, max_restarts=1,
-                         script=DIE_IN_SAVE)
-    assert record['restarts'] == 1 and record['resumed_after_epoch'] == 1
+@pytest.mark.parametrize('program, args, env, printed', [
+    (FAULTS, ['--fail-in-epoch', 2], {}, [1, 1, 1]),  # rank 1, halfway through
+    # rank 0 dies in the save after epoch 2, once it has said how epoch 2 went
+    (DIE_IN_SAVE, [], {'DIE_IN_SAVE': '2', 'DIE_AT': 'write'}, [1, 2, 1]),
+    (DIE_IN_SAVE, [], {'DIE_IN_SAVE': '2', 'DIE_AT': 'rename'}, [1, 2, 1]),
+], ids=['in-epoch-2', 'in-the-write', 'in-the-rename'])
+def test_a_killed_rank_resumes_from_the_last_complete_snapshot(
+        tmp_path, uninterrupted, leftovers, program, args, env, printed):
+    """torchrun restarts the group, which resumes after epoch 1 and ends with the
+    parameters of an uninterrupted run."""
+    path = tmp_path / 'snapshots' / 'lenet.pt'
+    stdout = torchrun(program, 2, *args, *COMMON, '--snapshot', path, env=env,
+                      max_restarts=1)
+    result = dp.read_result(stdout)
+    assert result['restarts'] == 1 and result['resumed_after_epoch'] == 1
     assert 'resumed from the snapshot taken after epoch 1' in stdout
-    assert 'damaged' not in stdout  # the cut save never became the snapshot
-    assert record['epochs_run'] == [2, 3]
+    assert 'damaged' not in stdout  # a cut save never became the snapshot
+    assert [stdout.count(f'epoch {e}:') for e in (1, 2, 3)] == printed
+    assert result['epochs_run'] == [2, 3]
     plain, plain_snapshot = uninterrupted
-    assert record['accuracies'] == pytest.approx(plain['accuracies'])
-    saved = torch.load(snapshot, weights_only=True)
-    assert saved['epoch'] == 3
+    assert result['accuracies'] == pytest.approx(plain['accuracies'])
+    saved = torch.load(path, weights_only=True)
+    assert saved['epoch'] == 3 and len(saved['accuracies']) == 3
     for key, value in plain_snapshot['model'].items():  # nothing lost or trained twice
         torch.testing.assert_close(saved['model'][key], value)
-    assert torch.load(str(snapshot) + '.prev', weights_only=True)['epoch'] == 2
+    assert torch.load(f'{path}.prev', weights_only=True)['epoch'] == 2
+    assert not list(path.parent.glob('*.tmp'))  # written atomically
     assert leftovers(str(tmp_path)) == []
 
 
@@ -75,12 +70,19 @@ def test_a_damaged_snapshot_falls_back_to_the_previous_one(tmp_path, fashion_roo
     lenet_snapshot(path, 1)
     lenet_snapshot(path, 2)
     path.write_bytes(path.read_bytes()[:1000])  # the newest, cut short
-    stdout, record = run(*COMMON, '--snapshot', path)
+    stdout = torchrun(launch.TRAINER, 2, *COMMON, '--snapshot', path)
     line = (f'--snapshot {path} is damaged (kept as lenet.pt.damaged): resuming from '
             'lenet.pt.prev, the snapshot before it')
     assert stdout.splitlines()[0] == line
-    assert record['resumed_after_epoch'] == 1 and record['epochs_run'] == [2, 3]
+    result = dp.read_result(stdout)
+    assert result['resumed_after_epoch'] == 1 and result['epochs_run'] == [2, 3]
     assert len((tmp_path / 'lenet.pt.damaged').read_bytes()) == 1000  # kept as it was
+
+
+def stopped_with(error, line):
+    """Whether the job stopped before any epoch with line, said once (rank 0 only)."""
+    return (error.count(line) == 1 and 'epoch 1:' not in error
+            and 'Traceback' not in error.split(line)[0])
 
 
 @pytest.mark.parametrize('snapshot, says', [
@@ -92,16 +94,9 @@ def test_a_damaged_snapshot_falls_back_to_the_previous_one(tmp_path, fashion_roo
 def test_an_unusable_snapshot_path_stops_the_job_before_training(
         tmp_path, fashion_root, snapshot, says):
     snapshot, says = snapshot.format(tmp=tmp_path), says.format(tmp=tmp_path)
-    error = failure(*COMMON, '--snapshot', snapshot)
-    assert says in error
-    assert 'epoch 1:' not in error and 'Traceback' not in error.split(says)[0]
+    error = failure(launch.TRAINER, 2, *COMMON, '--snapshot', snapshot)
+    assert stopped_with(error, says), error
     assert list(tmp_path.iterdir()) == []  # nothing made, nothing changed
-
-
-def stopped_with(error, line):
-    """Whether the job stopped before any epoch with line, said once (rank 0 only)."""
-    return (error.count(line) == 1 and 'epoch 1:' not in error
-            and 'Traceback' not in error.split(line)[0])
 
 
 @pytest.mark.parametrize('mode, name', [
@@ -123,32 +118,24 @@ def test_a_folder_a_reader_cannot_write_in_stops_the_job_before_training(
     assert list(folder.iterdir()) == []  # nothing made
 
 
-@pytest.mark.parametrize('flag, value, says', [
-    ('--model', 'resnet18', 'was taken with --model lenet (this run: resnet18)'),
-    ('--lr', 0.05, 'was taken with --lr 0.2 (this run: 0.05)'),
-])
-def test_a_snapshot_of_other_flags_stops_the_job_before_training(
-        tmp_path, fashion_root, flag, value, says):
-    """C3: neither a load_state_dict traceback nor a silent resume at the old lr."""
+@pytest.mark.parametrize('flags, locked, says', [
+    (['--model', 'resnet18'], False, 'was taken with --model lenet (this run: resnet18)'
+     ': pass the same flags to resume, or another --snapshot to start afresh.'),
+    (['--lr', 0.05], False, 'was taken with --lr 0.2 (this run: 0.05): pass the same '
+     'flags to resume, or another --snapshot to start afresh.'),
+    ([], True, 'is in use by another job: wait for it to end, or pass another '
+     '--snapshot.'),
+], ids=['other-model', 'other-lr', 'in-use'])
+def test_a_snapshot_this_job_cannot_take_stops_it_before_training(
+        tmp_path, fashion_root, flags, locked, says):
+    """C3: neither a load_state_dict traceback nor a silent resume at the old lr; C15:
+    while another job holds path.lock, a job on path trains nothing."""
     path = tmp_path / 'a.pt'
     lenet_snapshot(path, 1)
     before = path.read_bytes()
-    error = failure(*COMMON, flag, value, '--snapshot', path)
-    line = (f'--snapshot {path} {says}: pass the same flags to resume, or another '
-            '--snapshot to start afresh.')
-    assert stopped_with(error, line), error
-    assert path.read_bytes() == before
-
-
-def test_a_second_job_on_the_same_snapshot_stops_at_start(tmp_path, fashion_root):
-    """C15: while another job holds path.lock, a job on path trains nothing."""
-    path = tmp_path / 'shared.pt'
-    lenet_snapshot(path, 1)
-    before = path.read_bytes()
     with open(f'{path}.lock', 'a') as other_job:
-        fcntl.flock(other_job, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        error = failure(*COMMON, '--snapshot', path)
-    line = (f'--snapshot {path} is in use by another job: wait for it to end, or pass '
-            'another --snapshot.')
-    assert stopped_with(error, line), error
+        if locked:
+            fcntl.flock(other_job, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        error = failure(launch.TRAINER, 2, *COMMON, *flags, '--snapshot', path)
+    assert stopped_with(error, f'--snapshot {path} {says}'), error
     assert path.read_bytes() == before

@@ -1,25 +1,16 @@
 """data_parallel.jobs.tp_workers: split layers against one device, their collectives,
 and bytes per step next to DDP. Every job runs on the CPU (gloo), on random inputs."""
-import subprocess
-import sys
-
 import pytest
 
-from data_parallel import launch
-from data_parallel.jobs import tp_workers
+from tests.jobs.helpers import record_of
 
-pytestmark = pytest.mark.slow  # every test here starts torchrun jobs or Python
-CPU_ONLY = {'CUDA_VISIBLE_DEVICES': ''}  # gloo on the CPU, also on a GPU runner
-
-
-def run(world_size, *args):
-    """torchrun tp_workers with world_size processes on the CPU: its record."""
-    return launch.run(tp_workers, world_size, *args, env=CPU_ONLY, timeout=300)
+pytestmark = pytest.mark.slow  # every test here starts torchrun jobs
+TP = 'data_parallel.jobs.tp_workers'
 
 
 @pytest.mark.parametrize('k', [2, 4])
 def test_split_layers_equal_one_device_with_one_collective_each_way(k):
-    result = run(k, 'check')
+    result = record_of(TP, k, 'check')
     assert result['world_size'] == k and result['backend'] == 'gloo'
     conv = result['conv']
     assert conv['output'] < 1e-6 and conv['channels_per_rank'] == 8 // k, conv
@@ -33,7 +24,7 @@ def test_split_layers_equal_one_device_with_one_collective_each_way(k):
 
 
 def test_bytes_per_step_follow_the_formulas():
-    result = run(2, 'cost', '--batch-sizes', 64, 1024, '--steps', 2)
+    result = record_of(TP, 2, 'cost', '--batch-sizes', 64, 1024, '--steps', 2)
     d, N = result['dim'], result['num_params']
     assert N == 8 * d * d + 5 * d
     for B, sent in result['socket_bytes_per_step'].items():
@@ -46,18 +37,4 @@ def test_bytes_per_step_follow_the_formulas():
 def test_layers_that_do_not_split_stop_with_one_line():
     with pytest.raises(RuntimeError, match='--channels 8: its 8 channels or features '
                                            'do not split over 3 processes'):
-        run(3, 'check')
-
-
-@pytest.mark.parametrize('argv, message', [
-    (['check', '--dim', '0'], 'argument --dim: 0 is too small'),
-    (['cost', '--batch-sizes', 'x'], "argument --batch-sizes: 'x' is not a whole"),
-    (['check'], 'Start this module with torchrun'),
-])
-def test_bad_flags_get_one_line(argv, message):
-    argv = [sys.executable, '-m', 'data_parallel.jobs.tp_workers', *argv]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    assert result.returncode != 0
-    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
-    assert message in lines[-1]
-    assert 'Traceback' not in result.stderr
+        record_of(TP, 3, 'check')

@@ -16,7 +16,6 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from data_parallel import devices
 from data_parallel.jobs.measure import run_mode, timed_steps
 from data_parallel.jobs.timeline import profile_step
 
