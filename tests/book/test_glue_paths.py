@@ -1,15 +1,12 @@
 """Every glue key a chapter's text uses is glued on every path through its code.
 
-`make book` (strict, -W) fails on a {glue:text} key that the stored outputs lack; a key
-glued on one branch only (a CPU, gloo) is published fine from a CPU build and breaks
-the build after `make execute` on GPUs. So this test reads the cells' syntax, not their
-outputs: a glue call counts only where it runs whatever the machine: in the cell, or in
-a for/while/with body (run at least once), unless a continue or break before it may
-skip it; in an `if` or a `try` only when every branch (the else, each handler) glues
-the key (a `finally` always runs); never in a def or a comprehension (they may not
-run). A key built by an f-string matches any text key of its shape. It cannot see data:
-a loop over data filled on some machines only needs a hidden check that every key is
-there (chapter 9 asserts len(sent) == 8).
+A key glued on one branch only (a CPU, gloo) builds from a CPU run and breaks the strict
+build after `make execute` on GPUs, so this reads the cells' syntax, not their outputs.
+A glue call counts where it runs whatever the machine: in the cell or a loop or with
+body unless a continue or break may skip it first; in an `if` or a `try` only when
+every branch glues the key; never in a def or a comprehension. A key built by an
+f-string matches any text key of its shape. Data it cannot see: a loop over data filled
+on some machines needs a hidden check (chapter 9 asserts len(sent) == 8).
 """
 import ast
 import re
@@ -56,23 +53,20 @@ def glue_calls(node):
 
 
 def may_exit(stmt):
-    """Whether stmt can skip the rest of its block: a continue or break of that block
-    (a raise fails the cell, which is reported; a return is only in a def)."""
+    """Whether a continue or break in stmt can skip the rest of its block."""
     if isinstance(stmt, (ast.Continue, ast.Break)):
         return True
     if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While, ast.FunctionDef,
                          ast.AsyncFunctionDef, ast.ClassDef)):
         return False  # a loop's own break and continue stay inside it
     return any(may_exit(child) for child in ast.iter_child_nodes(stmt)
-               if isinstance(child, ast.stmt) or isinstance(child, ast.excepthandler))
+               if isinstance(child, (ast.stmt, ast.excepthandler)))
 
 
 def always_glued(statements):
-    """Key patterns glued whenever the statements run (see the module docstring)."""
+    """Key patterns glued whenever the statements run."""
     glued = set()
-    for stmt in statements:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            continue
+    for stmt in statements:  # a def or class: glue_calls finds nothing in it
         if isinstance(stmt, ast.If):
             glued |= always_glued(stmt.body) & always_glued(stmt.orelse)
         elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.While, ast.With,
@@ -102,8 +96,7 @@ def unglued_keys(cells):
 
 @pytest.mark.parametrize('path', CHAPTERS, ids=NAMES)
 def test_every_text_key_is_glued_on_every_path(path):
-    cells = load(path)['cells']
-    missing = unglued_keys(cells)
+    missing = unglued_keys(load(path)['cells'])
     assert not missing, (f'{path.name}: glued only on some machines (or not at all): '
                          + ', '.join(missing))
 

@@ -1,8 +1,5 @@
-"""Code fits the page: every line of a chapter's code cells and listings in 88 columns.
-
-The browser check measures the same on the built pages (and text outputs too); this
-test says it in a second, before a build.
-"""
+"""Code fits the page: every line of a chapter's code cells and listings in 88 columns
+(as the browser check measures on the built pages, but in a second, before a build)."""
 import re
 
 import pytest

@@ -1,9 +1,8 @@
 """One source of truth for program code shown in a chapter: listings equal the package.
 
-A listing is a Markdown cell's fenced ```python block whose first line names a file,
-`# data_parallel/<module path>`, then whole top-level definitions copied from it; it
-reads as code in the book, Colab, JupyterLab and VS Code (a MyST `literalinclude`
-shows raw there). A listing that differs fails with the package's text to paste in.
+A listing (tests.chapters.FENCE) holds whole top-level definitions of the file it names;
+a MyST `literalinclude` would show raw in Colab and JupyterLab. One that differs fails
+with the package's text to paste in.
 """
 import ast
 

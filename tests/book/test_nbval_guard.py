@@ -7,8 +7,6 @@ import pytest
 
 from tests.chapters import ROOT
 
-pytestmark = pytest.mark.slow  # each test starts nbval and a kernel
-
 
 def run_nbval(tmp_path, code, stored_text):
     """nbval's exit code on a one-cell notebook whose stored output is stored_text."""
@@ -23,13 +21,9 @@ def run_nbval(tmp_path, code, stored_text):
     return done.returncode
 
 
-@pytest.mark.parametrize('stored, expected', [('4\n', 0), ('5\n', 1)])
-def test_wrong_stored_output_fails(tmp_path, stored, expected):
-    assert run_nbval(tmp_path, 'print(2 + 2)', stored) == expected
-
-
+@pytest.mark.slow  # starts nbval and a kernel
 def test_device_names_and_timings_are_sanitized(tmp_path):
     stored = "tensor([3., 3.], device='cuda:1') on cuda:1 in 2.7 s\n"
     code = "import torch; print(torch.tensor([3., 3.]), 'on cpu in 0.31 s')"
     assert run_nbval(tmp_path, code, stored) == 0
-    assert run_nbval(tmp_path, code, stored.replace('3.,', '4.,')) == 1
+    assert run_nbval(tmp_path, code, stored.replace('3.,', '4.,')) == 1  # a wrong value

@@ -1,11 +1,9 @@
 """No stale numbers: every measured number in a chapter's text is glued or cited.
 
-A measured number reaches the prose through glue, so a re-execution updates it. This
-test fails on a number in the Markdown of the chapters and the intro that looks
-measured (a decimal, a percentage, a ratio "1.6x"), unless glued, after words that
-name a setting (a learning rate, a version, a section), or in CITED (figures from
-elsewhere, with their source) or EXACT (the text's own arithmetic or settings, with
-it). An entry that the text no longer holds fails too, so the lists cannot rot.
+A number in the Markdown of the chapters and the intro that looks measured (a decimal,
+a percentage, a ratio "1.6x") must be glued (a re-execution updates it), follow words
+that name a setting, or be in CITED (figures from elsewhere, with their source) or EXACT
+(the text's own arithmetic, with it). An entry the text no longer holds fails too.
 """
 import re
 
@@ -117,29 +115,26 @@ def unexplained(texts):
     for chapter, cells in texts.items():
         for paragraph in cells:
             covered = []  # spans of the paragraph that an entry names
-            for (where, words), _ in allowed.items():
+            for where, words in allowed:
                 if where == chapter:
                     for m in re.finditer(re.escape(words), paragraph):
-                        covered.append((m.start(), m.end()))
+                        covered.append(m.span())
                         used.add((where, words))
             for m in NUMBER.finditer(paragraph):
-                if SETTING.search(paragraph[max(0, m.start() - 30):m.start()]):
+                start, end = m.span()
+                if SETTING.search(paragraph[max(0, start - 30):start]):
                     continue
-                if any(a <= m.start() and m.end() <= b for a, b in covered):
-                    continue
-                around = paragraph[max(0, m.start() - 40):m.end() + 20]
-                context = ' '.join(around.split())
-                offenders.append(f'{chapter}: {m.group()!r} in "...{context}..."')
+                if not any(a <= start and end <= b for a, b in covered):
+                    around = paragraph[max(0, start - 40):end + 20]
+                    offenders.append(f'{chapter}: {m.group()!r} in "...{around}..."')
     return offenders, sorted(set(allowed) - used)
 
 
 def test_every_number_in_the_text_is_glued_or_cited():
     offenders, unused = unexplained(chapter_texts())
-    assert not offenders, (
-        'numbers in the text that are neither glued nor cited (glue a measured '
-        'value with dp.glue and {glue:text}, or add a cited figure to CITED with '
-        'its source):\n'
-        + '\n'.join(offenders))
+    assert not offenders, ('neither glued nor cited (glue a measured value with '
+                           'dp.glue and {glue:text}, or add a cited figure to CITED '
+                           'with its source):\n' + '\n'.join(offenders))
     assert not unused, f'entries the text no longer holds: {unused}'
 
 

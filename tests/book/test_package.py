@@ -1,8 +1,7 @@
 """The helper package: installed, not put on a path; every chapter runs on its own.
 
-A reader who opens a chapter alone (Colab, a download) gets its first cell, which
-installs the package when it is missing; these tests build the wheel, install it into
-an empty place and run chapters 1-5 alone in empty folders, offline.
+Each chapter's first cell installs the package when it is missing (Colab, a download);
+the slow tests run chapters 1-5 alone, offline, with the wheel installed elsewhere.
 """
 import importlib.metadata
 import importlib.util
@@ -18,6 +17,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import nbformat
 import pytest
 import yaml
 
@@ -62,10 +62,7 @@ def test_every_chapter_starts_with_the_same_install_cell_of_this_version():
     assert all(cell['metadata'].get('tags') == ['remove-cell'] for cell in first)
     assert f"'git+{URL}'" in INSTALL, 'installs from the repository in _config.yml'
     assert INSTALL.index('find_spec') < INSTALL.index('pip')  # only when it is missing
-    pinned = re.search(r"^VERSION = '([^']+)'$", INSTALL, re.MULTILINE)
-    assert pinned, 'the install cell names no VERSION'
-    assert pinned.group(1) == VERSION, \
-        f'install cell: {pinned.group(1)}, pyproject.toml: {VERSION}'
+    assert f"VERSION = '{VERSION}'" in INSTALL.splitlines(), 'pyproject.toml differs'
     assert "f'{url}@v{VERSION}'" in INSTALL, 'it installs the tag v<VERSION>'
 
 
@@ -85,20 +82,13 @@ def run_install_cell(monkeypatch, returncode, stderr=b''):
     return calls
 
 
-def failure_line(monkeypatch, stderr=b'\x1b[31mERROR'):
+def failure_line(monkeypatch, stderr):
     """The one line the install cell shows when pip fails and writes stderr."""
     with pytest.raises(Exception) as failed:
         run_install_cell(monkeypatch, returncode=1, stderr=stderr)
     lines = failed.value._render_traceback_()  # IPython shows these, not a traceback
     assert len(lines) == 1 and '\n' not in lines[0], lines
     return lines[0]
-
-
-def test_install_cell_fails_in_one_line_that_says_what_to_do(monkeypatch, capsys):
-    line = failure_line(monkeypatch)
-    assert 'MULTIGPU_BOOK_PACKAGE' in line and f'multigpu_book-{VERSION}-' in line, line
-    assert f'@v{VERSION}' in line  # it names what it tried
-    assert capsys.readouterr().out == ''  # pip's own (coloured) output is not shown
 
 
 # What pip wrote when it failed, colours and all: pip 26, then pip 23 (pip of Colab's
@@ -126,11 +116,13 @@ note: This error originates from a subprocess, and is likely not a problem with 
 '''.encode()
 
 
-def test_install_cell_failure_says_what_pip_said(monkeypatch):
-    """Not only "offline?": pip's own last error, without its colour codes."""
+def test_install_cell_fails_in_one_line_that_says_what_to_do(monkeypatch, capsys):
+    """What it tried, pip's own last error (without colour codes), the wheel to set."""
     line = failure_line(monkeypatch, NO_WHEEL)
     assert ("OSError: [Errno 2] No such file or directory: '/w.whl'. Offline? Set "
             'MULTIGPU_BOOK_PACKAGE') in line, line
+    assert f'@v{VERSION}' in line and f'multigpu_book-{VERSION}-' in line, line
+    assert capsys.readouterr().out == ''  # pip's own (coloured) output is not shown
     assert '\x1b' not in line and 'WARNING' not in line and '(offline?)' not in line
     line = failure_line(monkeypatch, NO_HOST)  # git's words, not pip's closing note
     assert (": fatal: unable to access 'https://github.com/o/r/': Could not resolve "
@@ -148,7 +140,6 @@ def test_install_cell_installs_the_pinned_tag(monkeypatch, capsys):
 @pytest.mark.slow
 def test_install_cell_offline_in_a_kernel_prints_one_line(tmp_path, monkeypatch):
     """In a real kernel: no package, no network (a wheel that is not there)."""
-    import nbformat
     from nbclient import NotebookClient
     hide = ("import importlib.util as u\n"
             "u.find_spec = lambda n, *a, f=u.find_spec: None if n == 'data_parallel' "
@@ -191,9 +182,7 @@ ALONE = [*CHAPTERS[:5], ROOT / 'notebooks' / CHAPTERS[0].name]  # and a reader c
                          ids=[f'{p.parent.name}/{p.name}' for p in ALONE])
 def test_notebook_runs_alone_in_an_empty_folder(tmp_path, site, fashion_root, notebook):
     """With the package from the wheel only, not the clone; it leaves no files."""
-    where = {'cell_type': 'code', 'execution_count': None, 'id': 'where',
-             'metadata': {}, 'outputs': [],
-             'source': 'import data_parallel\nprint(data_parallel.__file__)'}
+    where = nbformat.v4.new_code_cell('import data_parallel as dp\nprint(dp.__file__)')
     nb = load(notebook)
     alone = tmp_path / 'alone' / notebook.name
     alone.parent.mkdir()

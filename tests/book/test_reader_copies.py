@@ -1,10 +1,6 @@
-"""What a reader who runs a chapter outside the book opens reads right (issue 24).
-
-The Colab and download buttons give notebooks/NN_x.ipynb at the release tag, the reader
-copy tools/reader_copies.py makes of the chapter (`make reader-copies`); `make lab`
-opens that folder. A plain Jupyter must find in it no MyST (it shows that raw), every
-glued number written out, the solutions folded, the book's hidden cells left out with
-no shown cell needing them, and a GPU runtime asked for where the code uses one.
+"""The reader copies (notebooks/, what Colab, the download button and `make lab` open)
+read right in a plain Jupyter (issue 24): no MyST, glued numbers written out, solutions
+folded, hidden cells left out and never needed, a GPU asked for where the code uses one.
 """
 import ast
 import builtins
@@ -17,8 +13,8 @@ import pytest
 import yaml
 
 from book._ext import book_html_fixes as fixes
-from tests.chapters import (CHAPTERS, FENCE, NAMES, ROOT, VERSION, load, python,
-                                 text)
+from tests.chapters import (CHAPTERS, FENCE, NAMES, ROOT, VERSION, code_cells, load,
+                            python, text)
 from tools import reader_copies
 
 READER = ROOT / 'notebooks'
@@ -33,30 +29,25 @@ MYST = re.compile(r'\{[a-z][\w:-]*\}`'              # a role: {glue:text}`x`, {d
 GLUE = re.compile(r'\{glue:text\}`([^`:]+)(?::([^`]*))?`')
 
 
-def reader_copy(chapter):
-    return READER / chapter.name
-
-
 @pytest.fixture(scope='module', params=CHAPTERS, ids=NAMES)
 def pair(request):
     """(chapter, its reader copy) as notebook dicts."""
-    path = reader_copy(request.param)
+    path = READER / request.param.name
     assert path.exists(), f'no {path.relative_to(ROOT)}: run `make reader-copies`'
     return load(request.param), load(path)
 
 
 def test_reader_copies_are_up_to_date():
     """notebooks/ is exactly what tools/reader_copies.py makes of the chapters now."""
-    stale = [c.name for c in CHAPTERS if not reader_copy(c).exists()
-             or reader_copy(c).read_text(encoding='utf-8') != reader_copies.dumps(
-                 reader_copies.reader_copy(c))]
-    extra = sorted({p.name for p in READER.glob('*.ipynb')}
-                   - {c.name for c in CHAPTERS})
+    stale = [c.name for c in CHAPTERS if not (READER / c.name).exists()
+             or (READER / c.name).read_text(encoding='utf-8')
+             != reader_copies.dumps(reader_copies.reader_copy(c))]
+    stale += sorted({p.name for p in READER.glob('*.ipynb')} - set(NAMES))  # extra
     readme = (READER / 'README.md').read_text(encoding='utf-8')
     if readme != reader_copies.readme(reader_copies.chapters()):
         stale.append('README.md')
-    assert not stale and not extra, \
-        f'notebooks/ is stale ({stale + extra}): run `make reader-copies` and commit it'
+    assert not stale, \
+        f'notebooks/ is stale ({stale}): run `make reader-copies` and commit it'
 
 
 def test_no_myst_a_plain_jupyter_shows_raw(pair):
@@ -84,8 +75,7 @@ def as_the_book_writes(stored, spec):
 
 
 def test_every_glued_number_is_written_out(pair):
-    """Each {glue:text} role of the chapter is its number (or text) in the copy, in its
-    place."""
+    """Each {glue:text} role of the chapter is its number (or text) in the copy."""
     chapter, copy = pair
     values = glued(chapter)
     by_id = {cell['id']: text(cell) for cell in copy['cells']}
@@ -119,8 +109,7 @@ def listings(nb):
 
 
 def test_listings_are_the_chapters(pair):
-    """Listings (chapter 7's program) stay fenced Python, as in the chapter (which
-    tests/book/test_listings.py compares with the package)."""
+    """Listings stay fenced Python, as in the chapter (test_listings.py checks it)."""
     chapter, copy = pair
     assert listings(copy) == listings(chapter)
 
@@ -150,8 +139,7 @@ def hidden(cell, chapter):
 
 
 def test_code_and_outputs_are_the_chapters(pair):
-    """Same code (a solution gains one line), same outputs but the glue ones; the
-    cells the book hides are left out."""
+    """Same code (a solution gains a line) and outputs (but glue), hidden cells out."""
     chapter, copy = pair
     code = {c['id']: c for c in copy['cells'] if c['cell_type'] == 'code'}
     for cell in chapter['cells']:
@@ -188,9 +176,8 @@ def names(cell):
 
 
 def test_no_cell_of_a_copy_needs_a_cell_it_leaves_out(pair):
-    """What a shown cell reads, a shown cell bound last: the copy runs alone, and a
-    hidden cell rebinds nothing the shown cells read after it (else the book's run and
-    the copy's differ)."""
+    """What a shown cell reads, a shown cell bound last: the copy runs alone, and the
+    book's run (which rebinds in hidden cells) and the copy's do not differ."""
     chapter, _ = pair
     binder = dict.fromkeys(dir(builtins), 'shown')  # name: who bound it last
     for cell in chapter['cells']:
@@ -208,9 +195,8 @@ def test_no_cell_of_a_copy_needs_a_cell_it_leaves_out(pair):
 
 
 def test_chapters_that_use_gpus_ask_colab_for_one():
-    """Those whose code asks the device policy for devices (or trains with it); not
-    those that keep every process on the CPU."""
-    copies = {c.name[:2]: load(reader_copy(c)) for c in CHAPTERS}
+    """Those whose code asks for devices (or trains with them); not CPU-only ones."""
+    copies = {c.name[:2]: load(READER / c.name) for c in CHAPTERS}
     asks = {n for n, nb in copies.items() if nb['metadata'].get('accelerator') == 'GPU'}
     code = {n: '\n'.join(text(c) for c in nb['cells'] if c['cell_type'] == 'code')
             for n, nb in copies.items()}
@@ -258,9 +244,7 @@ def test_colab_and_download_buttons_point_to_the_reader_copies():
     # a newer package than that tag's
     assert buttons[0]['url'] == f'{colab}/blob/v{VERSION}/notebooks/06_training.ipynb'
     assert buttons[1]['url'].endswith('/book/06_training.ipynb')  # only Colab's
-    chapter = next(c for c in CHAPTERS if c.name.startswith('06_'))
-    install = next(c for c in load(reader_copy(chapter))['cells']
-                   if c['cell_type'] == 'code')
+    install = code_cells(READER / '06_training.ipynb')[0]
     assert f"VERSION = '{VERSION}'" in text(install).splitlines()  # and installs it
 
 

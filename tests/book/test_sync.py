@@ -1,7 +1,5 @@
 """One source of truth: every `#@save` cell in a chapter matches the helper package.
 
-A chapter writes out each function that later chapters reuse in a code cell whose first
-line is `#@save`; the same definition lives in a module of book/data_parallel/.
 Comments and blank lines may differ, code and docstrings may not, except that a chapter
 calls what earlier chapters saved as `dp.name` where the package writes `name`.
 """
@@ -43,11 +41,6 @@ SAVED = [(nb.name, name, dump) for nb in CHAPTERS for cell in code_cells(nb)
          for name, dump in definitions(text(cell)).items()]
 
 
-def test_chapters_exist_and_save_something():
-    assert CHAPTERS, 'no chapter notebooks found in book/'
-    assert SAVED, 'no #@save cell found in any chapter'
-
-
 @pytest.mark.parametrize('chapter, name, dump', SAVED,
                          ids=[f'{c}:{n}' for c, n, _ in SAVED])
 def test_saved_definition_matches_helper(chapter, name, dump):
@@ -57,7 +50,9 @@ def test_saved_definition_matches_helper(chapter, name, dump):
     assert name.startswith('_') or hasattr(dp, name), f'dp does not export {name}'
 
 
-def test_each_name_is_taught_once():
+def test_chapters_save_each_name_once():
+    assert CHAPTERS, 'no chapter notebooks found in book/'
+    assert SAVED, 'no #@save cell found in any chapter'
     names = [name for _, name, _ in SAVED]
     twice = sorted({n for n in names if names.count(n) > 1})
     assert not twice, f'saved twice: {twice}'
