@@ -25,14 +25,21 @@ def load(name):
     return doc
 
 
-def steps(doc):
-    """The steps of the workflow's only job (gpu.yml, release.yml)."""
-    job, = doc['jobs'].values()
-    return job['steps']
+def steps(doc, job=None):
+    """The steps of the job named, by default of the workflow's only job."""
+    if job is None:
+        job, = doc['jobs']
+    return doc['jobs'][job]['steps']
 
 
-def index(doc, key, pattern):
+def index(doc, key, pattern, job=None):
     """Position of the first step whose key (run, uses, name) matches the regex."""
-    found = [i for i, s in enumerate(steps(doc)) if re.search(pattern, s.get(key, ''))]
+    found = [i for i, s in enumerate(steps(doc, job))
+             if re.search(pattern, s.get(key, ''))]
     assert found, f"{doc['name']} has no step whose {key} matches {pattern!r}"
     return found[0]
+
+
+def find_step(doc, key, pattern, job=None):
+    """The job's first step whose key matches the regex."""
+    return steps(doc, job)[index(doc, key, pattern, job)]

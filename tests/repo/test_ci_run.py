@@ -1,9 +1,5 @@
-""".ci/run: each stage's time printed, one clear line when the run outgrows its budget;
-and the Makefile's plans for CI's setup and test stages.
-
-`make` is replaced by a stand-in on PATH that sleeps for the stage named in FAKE_SLOW
-and logs the targets it was asked for, so the guard is tested in seconds.
-"""
+""".ci/run's stage times and budget, with a stand-in make on PATH that logs its targets
+and sleeps in (or fails) the stage named; the Makefile's plans for setup and test."""
 import os
 import subprocess
 import sys

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 import data_parallel as dp
+from tests.repo.helpers import ROOT
 
 PACKAGE = Path(dp.__file__).parent
-ROOT = dp.repo_root()
 LAYERS = {
     'machinery': (0, {'paths', 'cli', 'results', 'files', 'snapshot', 'devices',
                       'data', 'launch', 'network', 'processes', 'slurm'}),
@@ -35,9 +35,8 @@ def module_name(path):
 NAMES = {module_name(p) for p in MODULES}
 
 
-def imported(path):
-    """Names of the package's modules that the file at path imports."""
-    package = ['data_parallel', *path.parent.relative_to(PACKAGE).parts]
+def import_names(path, package):
+    """What the file imports, modules and names; package: its own package's parts."""
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -46,6 +45,13 @@ def imported(path):
             base = package[:len(package) + 1 - node.level] if node.level else []
             module = '.'.join(base + [node.module] if node.module else base)
             names.update([module] + [f'{module}.{alias.name}' for alias in node.names])
+    return names
+
+
+def imported(path):
+    """Names of the package's modules that the file at path imports."""
+    package = ['data_parallel', *path.parent.relative_to(PACKAGE).parts]
+    names = import_names(path, package)
     prefix = 'data_parallel.'
     return {name[len(prefix):] for name in names if name.startswith(prefix)} & NAMES
 
@@ -129,15 +135,8 @@ def test_readme_layout_lists_every_module():
 
 def test_no_test_module_imports_a_test_module_or_a_conftest():
     """Shared helpers live in modules of their own (tests/chapters.py, helpers.py)."""
-    found = []
-    for path in sorted((ROOT / 'tests').rglob('*.py')):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                names = [f'{node.module}.{alias.name}' for alias in node.names]
-            elif isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            else:
-                continue
-            found += [f'{path.relative_to(ROOT)}: {name}' for name in names
-                      if re.search(r'(^|\.)(test_\w+|conftest)(\.|$)', name)]
+    paths = sorted((ROOT / 'tests').rglob('*.py'))
+    found = [f'{path.relative_to(ROOT)}: {name}' for path in paths
+             for name in import_names(path, [*path.parent.relative_to(ROOT).parts])
+             if re.search(r'(^|\.)(test_\w+|conftest)(\.|$)', name)]
     assert not found, found

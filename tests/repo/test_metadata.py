@@ -6,9 +6,8 @@ import tomllib
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
-import data_parallel as dp
+from tests.repo.helpers import ROOT
 
-ROOT = dp.repo_root()
 PROJECT = tomllib.loads((ROOT / 'pyproject.toml').read_text())['project']
 
 

@@ -1,7 +1,6 @@
-"""How a version reaches readers: tools/release.py in small repositories, and a
-rehearsal: release.py tags and pushes to a bare repository in GitHub's place, and a
-reader copy's first cell installs the package from that tag. (The workflow that runs
-it, release.yml, is checked with the others in test_workflows.py.)"""
+"""tools/release.py in small repositories, and a rehearsal: it tags and pushes to a
+bare repository in GitHub's place, and a reader copy's first cell installs that tag.
+(release.yml, which runs it, is checked in test_workflows.py.)"""
 import os
 import re
 import subprocess
@@ -12,12 +11,10 @@ from pathlib import Path
 
 import pytest
 
-import data_parallel as dp
 from tests import chapters
-from tests.repo.helpers import index, load, steps
+from tests.repo.helpers import ROOT, find_step, load
 from tools import release
 
-ROOT = dp.repo_root()
 GITHUB = 'https://github.com/multigpu-book/multigpu-book'
 SAME = (0, 'release: v0.3.0 is tagged and the package is unchanged: nothing to release')
 CHANGED = (1, 'release: the package changed since v0.3.0 without a new version: bump '
@@ -160,8 +157,7 @@ def test_rehearsal_a_tag_reaches_a_reader(repo, tmp_path):
                   if (ROOT / name).is_file()})
     github = tmp_path / 'origin.git'
     # release.yml's step, with only the committer its env names
-    workflow = load('release.yml')
-    committer = steps(workflow)[index(workflow, 'run', 'tools/release.py')]['env']
+    committer = find_step(load('release.yml'), 'run', 'tools/release.py')['env']
     env = {k: v for k, v in {**GIT_ENV, **committer}.items() if 'AUTHOR' not in k}
     version = tomllib.loads((ROOT / 'pyproject.toml').read_text())['project']['version']
     assert run(repo, '--push', 'origin', env=env) == (0, PUSHED.format(f'v{version}'))

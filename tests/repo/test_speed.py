@@ -1,10 +1,6 @@
-"""The speed tools of `make speed` (tools/benchmark.py: chapters 6 to 8's claims;
-tools/wire_benchmark.py: chapter 10's) without their jobs: the measurements are
-replaced by made-up ones, so their flags, their tables of met and MISSED claims and
---check's exit status are tested here in seconds; and the make targets that run the
-tools (and tools/gpu_check.py)."""
-import shutil
-
+"""The speed tools (tools/benchmark.py, tools/wire_benchmark.py) on made-up
+measurements: flags, tables of met and MISSED claims, --check's exit status; and the
+make targets that run them (and tools/gpu_check.py)."""
 import pytest
 
 import data_parallel as dp
@@ -251,7 +247,6 @@ def test_without_a_cpu_core_per_device(run, changed, status, claims, rows):
     assert {name: table(out)[name] for name in rows} == rows
 
 
-@pytest.mark.skipif(not shutil.which('make'), reason='needs make')
 @pytest.mark.parametrize('target, commands', [
     ('gpu-check', ['python tools/gpu_check.py']),
     ('benchmark', ['python -m tools.benchmark', 'python -m tools.wire_benchmark']),

@@ -13,7 +13,8 @@ import pytest
 import torch
 import yaml
 
-from tests.repo.helpers import ROOT, WORKFLOWS, index, load, make_plan, steps
+from tests.repo.helpers import (ROOT, WORKFLOWS, find_step, index, load, make_plan,
+                                steps)
 from tools import reader_copies
 
 CPU_WHEELS = 'https://download.pytorch.org/whl/cpu'
@@ -187,7 +188,7 @@ def check_release(doc, **_):
     assert job['timeout-minutes'] > 0
     checkout, = uses(doc, 'actions/checkout')
     python, = uses(doc, 'actions/setup-python')
-    tag = steps(doc)[index(doc, 'run', 'tools/release.py')]
+    tag = find_step(doc, 'run', 'tools/release.py')
     assert checkout['with']['ref'] == '${{ github.event.workflow_run.head_sha }}'
     assert checkout['with']['fetch-depth'] == 0 and checkout['with']['fetch-tags']
     assert python['with']['python-version'] == '3.11'
@@ -231,12 +232,12 @@ def check_only_mains_gpu_yml(doc, **_):
 
 def check_venv_and_data_outside_the_workspace(doc, tmp_path, **_):
     """MULTIGPU_DATA and every make's venv live where checkout's clean cannot reach."""
-    checkout = steps(doc)[index(doc, 'uses', '^actions/checkout@')]
+    checkout = find_step(doc, 'uses', '^actions/checkout@')
     assert checkout.get('with', {}).get('clean', True) is not False, \
         'clean: false would keep stale results/ between runs'
     makes = [s['run'] for s in steps(doc) if s.get('run', '').startswith('make ')]
     assert makes and all('VENV="$BOOK_VENV"' in run for run in makes), makes
-    step = steps(doc)[index(doc, 'run', '(?s)^(?=.*MULTIGPU_DATA=).*GITHUB_ENV')]
+    step = find_step(doc, 'run', '(?s)^(?=.*MULTIGPU_DATA=).*GITHUB_ENV')
     workspace, env_file = tmp_path / 'ws', tmp_path / 'env'
     workspace.mkdir()
     env_file.write_text('')
@@ -257,7 +258,7 @@ def check_venv_and_data_outside_the_workspace(doc, tmp_path, **_):
 def run_preflight(doc, tmp_path, driver='580.65.06', mode='Default', os_id='ubuntu',
                   smi=True, **env):
     """Run the preflight step with a fake nvidia-smi and /etc/os-release; (rc, out)."""
-    step = steps(doc)[index(doc, 'name', '(?i)preflight')]
+    step = find_step(doc, 'name', '(?i)preflight')
     stubs = Path(tempfile.mkdtemp(dir=tmp_path))  # a fresh one for each run
     if smi:
         (stubs / 'nvidia-smi').write_text(
@@ -295,7 +296,7 @@ def check_preflight(doc, tmp_path, **_):
 
 def cuda_code(doc):
     """The Python program that the CUDA step feeds to the venv's interpreter."""
-    run = steps(doc)[index(doc, 'run', CUDA_CHECK)]['run']
+    run = find_step(doc, 'run', CUDA_CHECK)['run']
     assert '"$BOOK_VENV/bin/python" -' in run  # the venv's torch, not another one
     match = re.search(r"<<'(\w+)'\n(.*?)\n\1\s*$", run, re.DOTALL | re.MULTILINE)
     assert match, 'the CUDA step holds no quoted heredoc'
@@ -373,72 +374,59 @@ def test_workflow_keeps_its_promise(check, tmp_path, monkeypatch, capsys):
 
 # --- The same checks on copies broken on purpose -------------------------------------
 
-def drop(key, pattern):
+def drop(key, pattern, job=None):
     """Mutation: remove the steps whose key matches the regex."""
     def mutate(doc):
-        kept = [s for s in steps(doc) if not re.search(pattern, s.get(key, ''))]
-        steps(doc)[:] = kept
+        kept = [s for s in steps(doc, job) if not re.search(pattern, s.get(key, ''))]
+        steps(doc, job)[:] = kept
     return mutate
 
 
-def edit_run(old, new, where=None):
+def to_the_end(key, pattern, job=None):
+    """Mutation: move the first step whose key matches the regex to the end."""
+    def mutate(doc):
+        steps(doc, job).append(steps(doc, job).pop(index(doc, key, pattern, job)))
+    return mutate
+
+
+def edit_run(old, new, where=None, job=None):
     """Mutation: old to new in the first step whose run holds old (or matches where)."""
     def mutate(doc):
-        step = steps(doc)[index(doc, 'run', where or re.escape(old))]
+        step = find_step(doc, 'run', where or re.escape(old), job)
         assert old in step['run'], old
         step['run'] = step['run'].replace(old, new)
     return mutate
 
 
-def pages_step(doc, run):
-    """The step of pages.yml's build job whose run starts with `run`."""
-    return next(s for s in doc['jobs']['build']['steps']
-                if s.get('run', '').startswith(run))
-
-
-def drop_pages_step(run):
-    """Mutation: remove that step (and return it)."""
-    def mutate(doc):
-        step = pages_step(doc, run)
-        doc['jobs']['build']['steps'].remove(step)
-        return step
-    return mutate
-
-
+PDF = ('run', '^make pdf', 'build')  # pages.yml's step that makes the PDF
+PUSH_ONLY = {'if': "github.event.workflow_run.event == 'push'"}  # failed or not
 MUTATIONS = {check_ci: {  # the check that must fail: {what is broken: how}
-    'tests before the lift': lambda d: d['jobs']['test-and-build']['steps'].reverse(),
-    'namespaces stay banned': lambda d: [
-        s.update(run=s['run'].replace('=0', '=1'))
-        for s in d['jobs']['test-and-build']['steps'] if 'sysctl' in s.get('run', '')],
+    'tests before the lift': lambda d: steps(d, 'test-and-build').reverse(),
+    'namespaces stay banned': edit_run('userns=0', 'userns=1', job='test-and-build'),
 }, check_pages: {
     'publishes from any branch': lambda d: d['on']['workflow_run'].pop('branches'),
     'publishes pull requests': lambda d: d['on'].update(pull_request=None),
     'publishes on a push, tested or not': lambda d: d['on'].update(push=None),
-    'publishes a failed release': lambda d: d['jobs']['build'].update(
-        {'if': "github.event.workflow_run.event == 'push'"}),
+    'publishes a failed release': lambda d: d['jobs']['build'].update(PUSH_ONLY),
     'runs before the tag': lambda d: d['on']['workflow_run'].update(workflows=['ci']),
     'builds main, untested': lambda d: uses(d, 'actions/checkout')[0].pop('with'),
     'CUDA wheels': lambda d: d.pop('env'),
-    'no make book': lambda d: [s.update(run='make html') for s in d['jobs']['build'][
-        'steps'] if s.get('run') == 'make book'],
+    'no make book': edit_run('make book', 'make html', '^make book$', 'build'),
     'uploads the sources': lambda d: uses(d, 'actions/upload-pages-artifact')[0][
         'with'].update(path='.'),
     'deploy may write contents': lambda d: d['jobs']['deploy']['permissions'].update(
         contents='write'),
     'deploys before the build': lambda d: d['jobs']['deploy'].pop('needs'),
     'no time limit': lambda d: d['jobs']['build'].pop('timeout-minutes'),
-    'no PDF': drop_pages_step('make pdf'),
-    'the PDF left out of the site': lambda d: pages_step(d, 'make pdf').update(
-        run='make pdf'),
-    'the PDF after the upload': lambda d: d['jobs']['build']['steps'].append(
-        drop_pages_step('make pdf')(d)),
-    'apt chromium for the PDF': lambda d: pages_step(d, 'make pdf').pop('env'),
+    'no PDF': drop(*PDF),
+    'the PDF left out of the site': lambda d: find_step(d, *PDF).update(run='make pdf'),
+    'the PDF after the upload': to_the_end(*PDF),
+    'apt chromium for the PDF': lambda d: find_step(d, *PDF).pop('env'),
 }, check_release: {
     'on every push': lambda d: d.update(on={'push': None}),
     'after any workflow': lambda d: d['on']['workflow_run'].update(workflows=['pages']),
     'from any branch': lambda d: d['on']['workflow_run'].pop('branches'),
-    'even when ci failed': lambda d: d['jobs']['tag'].update(
-        {'if': "github.event.workflow_run.event == 'push'"}),
+    'even when ci failed': lambda d: d['jobs']['tag'].update(PUSH_ONLY),
     'read-only': lambda d: d.update(permissions={'contents': 'read'}),
     'more rights': lambda d: d['permissions'].update({'pull-requests': 'write'}),
     'not the tested commit': lambda d: uses(d, 'actions/checkout')[0]['with'].pop(
@@ -446,7 +434,7 @@ MUTATIONS = {check_ci: {  # the check that must fail: {what is broken: how}
     'no tags': lambda d: uses(d, 'actions/checkout')[0]['with'].update(
         {'fetch-depth': 1}),
     'no push': edit_run(' --push origin', ''),
-    'no tagger': lambda d: steps(d)[index(d, 'run', 'release.py')].pop('env'),
+    'no tagger': lambda d: find_step(d, 'run', 'release.py').pop('env'),
 }, check_runner_safety: {
     'a nightly schedule': lambda d: d['on'].update(schedule=[{'cron': '17 3 * * *'}]),
     'pull requests': lambda d: d['on'].update(pull_request_target=None),
@@ -479,9 +467,8 @@ MUTATIONS = {check_ci: {  # the check that must fail: {what is broken: how}
     'data after the GPU check': drop('run', 'read_fashion_mnist'),
     'no gpu-check': drop('run', MAKE_GPU_CHECK),
     'no make test': drop('run', MAKE_TEST),
-    'CUDA check after the tests': lambda d: steps(d).append(
-        steps(d).pop(index(d, 'run', CUDA_CHECK))),
-    'tests run without CUDA': lambda d: steps(d)[index(d, 'run', MAKE_TEST)].update(
+    'CUDA check after the tests': to_the_end('run', CUDA_CHECK),
+    'tests run without CUDA': lambda d: find_step(d, 'run', MAKE_TEST).update(
         {'if': 'always()'}),
 }}
 BROKEN = {f'{check.__name__[len("check_"):]}: {name}': (check, mutate)
