@@ -19,8 +19,6 @@ from data_parallel.figures import diagrams, pipeline, plots, ring, tensor_parall
 from data_parallel.pipeline import simulate
 from tests.unit.helpers import texts
 
-pytestmark = pytest.mark.usefixtures('close_figures')
-
 
 def number_counts(fig):
     """How often each whole number is drawn as a text of its own."""
@@ -143,19 +141,15 @@ def ring_grid(ax, k):
     return [[cells[c * k + r].get_text() for r in range(k)] for c in range(k)]
 
 
-def ring_panels(fig):
-    """[(title, axes)] of the ring figure's panels, in the order of the steps."""
-    return [(t.get_text(), ax) for ax in fig.axes for t in ax.texts
-            if t.get_text().startswith(('start', 'reduce-scatter', 'all-gather'))]
-
-
 @pytest.mark.parametrize('k', [2, 3, 4])
 def test_ring_allreduce_reduces_then_gathers(k):
     """A panel per step; reduce-scatter adds the left chunk, all-gather copies it."""
     steps = ring._ring_schedule(k)  # the start, then 2(k - 1) steps
     assert len(steps) == 1 + 2 * (k - 1)
     assert steps[-1][2] == [[frozenset(range(k))] * k for _ in range(k)]
-    panels = ring_panels(figures.plot_ring_allreduce(k))
+    panels = [(t.get_text(), ax) for ax in figures.plot_ring_allreduce(k).axes
+              for t in ax.texts
+              if t.get_text().startswith(('start', 'reduce-scatter', 'all-gather'))]
     titles = [title for title, _ in panels]
     assert titles[0].startswith('start')
     assert titles[1:] == [f'reduce-scatter step {s}' for s in range(1, k)] + \

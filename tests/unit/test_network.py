@@ -69,29 +69,21 @@ def test_a_bandwidth_that_is_no_rate_gets_one_line(bandwidth):
         network.throttled_command(['true'], bandwidth)
 
 
-@pytest.fixture
-def throttle_problem():
-    """network.throttle_problem, asked afresh: its answer is cached, here and after."""
-    network.throttle_problem.cache_clear()
-    yield network.throttle_problem
-    network.throttle_problem.cache_clear()
-
-
-def test_a_machine_without_the_tools_is_told_what_is_missing(monkeypatch,
-                                                             throttle_problem):
+# network.throttle_problem.__wrapped__: asked afresh, past (and not into) its cache
+def test_a_machine_without_the_tools_is_told_what_is_missing(monkeypatch):
     monkeypatch.setattr(network.shutil, 'which',
                         lambda tool: None if tool == 'tc' else f'/usr/bin/{tool}')
-    assert throttle_problem() == (
+    assert network.throttle_problem.__wrapped__() == (
         'tc not found: a throttled wire needs Linux with util-linux and iproute2 '
         '(apt install iproute2).')
 
 
-def test_a_machine_without_user_namespaces_is_told_so(monkeypatch, throttle_problem):
+def test_a_machine_without_user_namespaces_is_told_so(monkeypatch):
     monkeypatch.setattr(network, 'throttled_command',
                         lambda argv, bandwidth: [sys.executable, '-c',
                                                  'import sys; sys.exit("unshare: '
                                                  'unshare failed: Operation not '
                                                  'permitted")'])
-    assert throttle_problem().startswith(
+    assert network.throttle_problem.__wrapped__().startswith(
         'a private network namespace could not be made here (unshare: unshare failed: '
         'Operation not permitted)')

@@ -6,14 +6,7 @@ import data_parallel as dp
 from data_parallel import pipeline as pp
 from tests.unit.helpers import texts
 
-pytestmark = pytest.mark.usefixtures('close_figures')
-
 CASES = [(1, 3), (2, 1), (2, 4), (3, 5), (4, 4), (4, 8), (5, 2), (8, 16)]
-
-
-def length(table):
-    """The step's length: when the last action of any stage ends."""
-    return max(end for actions in table.values() for _, end, _, _ in actions)
 
 
 def test_bubble_formulas_have_p_minus_1_idle_slots():
@@ -27,9 +20,10 @@ def test_bubble_formulas_have_p_minus_1_idle_slots():
 @pytest.mark.parametrize('backward', [1, 2, 3])
 def test_simulated_idle_share_is_the_formula(schedule, p, m, backward):
     table = pp.simulate(schedule, p, m, backward=backward)
-    assert length(table) == (m + p - 1) * (1 + backward)
+    length = max(end for actions in table.values() for _, end, _, _ in actions)
+    assert length == (m + p - 1) * (1 + backward)
     assert pp.idle_times(table) == [(p - 1) * (1 + backward)] * p
-    share = sum(pp.idle_times(table)) / (p * length(table))
+    share = sum(pp.idle_times(table)) / (p * length)
     assert share == pytest.approx(pp.bubble_fraction(p, m), abs=1e-12)
 
 
@@ -77,16 +71,12 @@ def test_unknown_schedule_is_one_line():
 
 
 def test_stage_layers_split_the_model_into_contiguous_runs():
-    net = dp.deep_mlp(hidden=8, layers=6)  # 8 layers
+    net, X = dp.deep_mlp(hidden=8, layers=6), torch.randn(3, 784)  # 8 layers
     for p in (1, 2, 3, 4, 8):
         stages = [pp.stage_layers(net, s, p) for s in range(p)]
         assert [layer for stage in stages for layer in stage] == list(net)
         assert max(map(len, stages)) - min(map(len, stages)) <= 1
-        X = torch.randn(3, 784)
-        out = X
-        for stage in stages:
-            out = stage(out)
-        assert torch.equal(out, net(X))
+        assert torch.equal(torch.nn.Sequential(*stages)(X), net(X))  # one after another
     with pytest.raises(ValueError, match='p=9: a model of 8 layers has 1 to 8 stages'):
         pp.stage_layers(net, 0, 9)
 

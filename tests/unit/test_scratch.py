@@ -108,17 +108,8 @@ def test_bad_input_gets_one_clear_error(call, message):
         call()
 
 
-def test_get_devices_reuses_what_exists(capsys):
-    devices = dp.get_devices(3)
-    line = capsys.readouterr().out.strip()
-    assert len(devices) == 3 and '\n' not in line
-    if not torch.cuda.is_available():
-        assert devices == [torch.device('cpu')] * 3 and 'No GPU' in line
-
-
 def test_split_batch_queues_copies_to_gpus_and_blocks_for_the_cpu(monkeypatch):
-    """non_blocking only where the consumer is a GPU's queue (no GPU needed: .to is
-    recorded, not run)."""
+    """non_blocking only where a GPU's queue consumes (.to is recorded, not run)."""
     calls = []
 
     def to(self, device, non_blocking=False):

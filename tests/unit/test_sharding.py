@@ -19,4 +19,3 @@ def test_bytes_per_device_divides_what_each_stage_shards(k):
     expected = [P + G + S, P + G + S / k, P + (G + S) / k, (P + G + S) / k]
     got = [dp.bytes_per_device(10**9, k, stage, 'adam') for stage in range(4)]
     assert got == pytest.approx(expected)
-

@@ -11,8 +11,6 @@ import data_parallel as dp
 from data_parallel.figures import plots
 from data_parallel.jobs import timeline
 
-pytestmark = pytest.mark.usefixtures('close_figures')
-
 
 def span(kind, start, end, name=None):
     return {'name': name or kind, 'kind': kind, 'start_ms': start, 'end_ms': end}
