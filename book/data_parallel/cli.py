@@ -63,7 +63,8 @@ def check_batch(args):
     # cut another's gloo connection short, and that error would end the job's output
     problem = batch_problem(args, int(os.environ.get('WORLD_SIZE', 1)))
     if problem:
-        raise SystemExit(problem)  # every rank says it; launch shows the line once
+        # rank 0 alone says it: lines of several ranks can interleave on torchrun's stderr
+        raise SystemExit(problem if int(os.environ.get('RANK', 0)) == 0 else 1)
 
 
 class JobArgumentError(ValueError):

@@ -1,5 +1,6 @@
 """Bad input answered in one line where no job starts (issue 21, item 3); the case
 numbers are those of the bad-input table in the reliability findings (§4)."""
+import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -151,6 +152,18 @@ def test_a_relative_data_folder_is_made_absolute(monkeypatch, tmp_path):
 def test_a_job_of_two_machines_splits_its_batch_over_all_their_processes():
     with pytest.raises(launch.JobArgumentError, match='^' + UNEVEN.format(6, 4)):
         launch.multinode_command(0, '127.0.0.1', 29500, 'lo', ['--batch-size', 6])
+
+
+@pytest.mark.parametrize('rank, code', [('0', UNEVEN.format(3, 2)), ('1', 1)])
+def test_only_rank_0_says_the_batch_does_not_split(monkeypatch, rank, code):
+    """Two ranks' lines can interleave on torchrun's stderr: one says it, all stop."""
+    monkeypatch.setenv('WORLD_SIZE', '2')
+    monkeypatch.setenv('RANK', rank)
+    parser = argparse.ArgumentParser()
+    dp.cli.add_batch_size(parser, 3)
+    with pytest.raises(SystemExit) as stop:
+        dp.cli.check_batch(parser.parse_args([]))
+    assert stop.value.code == code
 
 
 def test_a_data_folder_that_is_a_file_is_named_by_its_variable(tmp_path, monkeypatch,

@@ -141,7 +141,7 @@ def cost(args, device):
     for batch_size in args.batch_sizes:
         if batch_size % k:
             raise SystemExit(f'--batch-sizes: {batch_size} does not split evenly over '
-                             f'{k} processes: use multiples of {k}.')
+                             f'{k} processes: use multiples of {k}.' if rank == 0 else 1)
     full = block(args.dim, args.seed).to(device)
     record = {'world_size': k, 'backend': dist.get_backend(), 'dim': args.dim,
               'steps': args.steps, 'num_params': sum(p.numel() for p in
