@@ -31,15 +31,15 @@ STAMP  := $(VENV)/.installed
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
           --nbval-cell-timeout=900
 # Tests and chapters run JOBS at a time (pytest-xdist; each file whole on one worker, so
-# its tests and cells stay in order on one kernel). JOBS=1: one at a time. conftest.py
-# starts chapter 6 first, then chapter 7 on its worker (it compares DDP with the runs
-# chapter 6 stores), the other files by their number of tests. Three on two cores:
-# a file that waits (on a throttled wire, a process starting) leaves its core to others.
+# its cells stay in order on one kernel; conftest.py orders the files). JOBS=1: one at
+# a time. Three on two cores: a file that waits (on a wire, a process starting) leaves
+# its core to others.
 JOBS   ?= 3
 XDIST  := $(if $(filter-out 0 1,$(JOBS)),-n $(JOBS) --dist loadfile)
 CHAPTERS := $(sort $(wildcard book/[0-9][0-9]_*.ipynb))
 
-.PHONY: book test unit nbval speed execute lab reader-copies clean distclean
+.PHONY: book test unit nbval speed benchmark mutations browser-check pdf gpu-check \
+        execute lab reader-copies logo figures slurm chromium mathjax clean distclean
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
@@ -112,11 +112,7 @@ CJK_FONT     ?= /usr/share/fonts/truetype/wqy/wqy-microhei.ttc
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 MATHJAX      := _vendor/mathjax/tex-chtml.js
 
-.PHONY: browser-check chromium mathjax logo
-
-book: $(MATHJAX)
-
-mathjax: $(MATHJAX)
+book mathjax: $(MATHJAX)
 
 $(MATHJAX): package.json package-lock.json
 	npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
@@ -154,7 +150,6 @@ logo:
 # Debian's slurm-wlm and munge (about 20 MB), installed when missing. Its own apt-get,
 # run after the setup's (.ci/run): two at once fail on apt's lock.
 SLURMCTLD ?= /usr/sbin/slurmctld
-.PHONY: slurm
 slurm: $(SLURMCTLD)
 
 $(SLURMCTLD):
@@ -163,27 +158,21 @@ $(SLURMCTLD):
 	  slurm-wlm munge
 
 # The intro's figure, drawn by code (tests/unit/test_figures.py checks it is up to date).
-.PHONY: figures
 figures: $(STAMP)
 	$(PY) -c "import data_parallel as dp; dp.write_book_figures('book')"
 
 # The whole book as one PDF: Sphinx's single page (strict, as make book), printed on A4
 # by the browser check's Chromium once MathJax has typeset it (tools/make_pdf.py), then
 # read back by tests/browser/test_pdf.py. pages.yml publishes it beside the HTML.
-.PHONY: pdf
 pdf: $(STAMP) $(MATHJAX) chromium
 	$(VENV)/bin/jupyter-book build --all -W -n --keep-going --builder singlehtml .
 	CHROMIUM=$(CHROMIUM) CHROMEDRIVER=$(CHROMEDRIVER) $(PY) -m tools.make_pdf
 	$(PY) -m pytest -q tests/browser/test_pdf.py
 
-.PHONY: benchmark gpu-check mutations
-
 benchmark: $(STAMP)
 	$(PY) -m tools.benchmark
 	$(PY) -m tools.wire_benchmark
 
-# The tests marked cuda and nbval (chapters 1-6) on CUDA, chapter 7's DDP job on every
-# GPU, ResNet-18 for 2 epochs, ring vs all_reduce (2+ GPUs). No GPU: says so, exits 0.
 gpu-check: $(STAMP)
 	$(PY) tools/gpu_check.py
 

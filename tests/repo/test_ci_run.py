@@ -1,5 +1,4 @@
-""".ci/run's stage times and budget, with a stand-in make on PATH that logs its targets
-and sleeps in (or fails) the stage named; the Makefile's plans for setup and test."""
+""".ci/run's stages and budget, a stand-in make on PATH; make's setup and test plans."""
 import os
 import subprocess
 import sys

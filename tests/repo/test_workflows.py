@@ -1,11 +1,9 @@
-"""The GitHub Actions workflows parse, pass actionlint and keep their promises: checks
-on the parsed YAML (CHECKS) that must fail on copies broken on purpose (MUTATIONS).
-gpu.yml's checks run its steps' own shell and Python, the GPU simulated."""
+"""The workflows pass actionlint and keep their promises (CHECKS, on the parsed YAML),
+checks that must fail on copies broken on purpose (MUTATIONS); the GPU simulated."""
 import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -33,11 +31,9 @@ def unpinned(doc):
 
 
 @pytest.mark.parametrize('name', sorted(p.name for p in WORKFLOWS.glob('*.yml')))
-def test_workflow_has_jobs_pins_its_actions_and_only_pages_yml_deploys(name):
+def test_workflow_pins_its_actions_and_only_pages_yml_deploys(name):
+    """Pinned actions, no inline expressions; actionlint checks the jobs' shape."""
     doc = load(name)
-    assert doc['jobs'], f'{name} defines no job'
-    for job in doc['jobs'].values():
-        assert 'runs-on' in job and ('steps' in job or 'uses' in job)
     assert not unpinned(doc), f'{name}: pin these by commit SHA: {unpinned(doc)}'
     inline = [step.get('name', step['run']) for job in doc['jobs'].values()
               for step in job.get('steps', []) if '${{' in step.get('run', '')]
@@ -335,7 +331,8 @@ def check_cuda_step(doc, monkeypatch, capsys, **_):
     for i in range(2):
         assert f'cuda:{i}: Fake GPU {i}, compute capability 9.0' in out
     stop, out = run_cuda_code(code, monkeypatch, capsys, available=False)
-    assert stop and 'is_available() is False' in stop and 'driver' in stop
+    assert stop and stop.startswith('torch.cuda.is_available() is False'), stop
+    assert 'driver' in stop, stop
     stop, out = run_cuda_code(code, monkeypatch, capsys, True, broken_device='cuda:1')
     assert stop and stop.startswith('cuda:1 (Fake GPU 1, 9.0) cannot run')
 
@@ -406,9 +403,7 @@ MUTATIONS = {check_ci: {  # the check that must fail: {what is broken: how}
 }, check_pages: {
     'publishes from any branch': lambda d: d['on']['workflow_run'].pop('branches'),
     'publishes pull requests': lambda d: d['on'].update(pull_request=None),
-    'publishes on a push, tested or not': lambda d: d['on'].update(push=None),
     'publishes a failed release': lambda d: d['jobs']['build'].update(PUSH_ONLY),
-    'runs before the tag': lambda d: d['on']['workflow_run'].update(workflows=['ci']),
     'builds main, untested': lambda d: uses(d, 'actions/checkout')[0].pop('with'),
     'CUDA wheels': lambda d: d.pop('env'),
     'no make book': edit_run('make book', 'make html', '^make book$', 'build'),
@@ -424,11 +419,8 @@ MUTATIONS = {check_ci: {  # the check that must fail: {what is broken: how}
     'apt chromium for the PDF': lambda d: find_step(d, *PDF).pop('env'),
 }, check_release: {
     'on every push': lambda d: d.update(on={'push': None}),
-    'after any workflow': lambda d: d['on']['workflow_run'].update(workflows=['pages']),
-    'from any branch': lambda d: d['on']['workflow_run'].pop('branches'),
     'even when ci failed': lambda d: d['jobs']['tag'].update(PUSH_ONLY),
     'read-only': lambda d: d.update(permissions={'contents': 'read'}),
-    'more rights': lambda d: d['permissions'].update({'pull-requests': 'write'}),
     'not the tested commit': lambda d: uses(d, 'actions/checkout')[0]['with'].pop(
         'ref'),
     'no tags': lambda d: uses(d, 'actions/checkout')[0]['with'].update(
@@ -436,14 +428,12 @@ MUTATIONS = {check_ci: {  # the check that must fail: {what is broken: how}
     'no push': edit_run(' --push origin', ''),
     'no tagger': lambda d: find_step(d, 'run', 'release.py').pop('env'),
 }, check_runner_safety: {
-    'a nightly schedule': lambda d: d['on'].update(schedule=[{'cron': '17 3 * * *'}]),
     'pull requests': lambda d: d['on'].update(pull_request_target=None),
     'an action by tag': lambda d: uses(d, 'actions/checkout')[0].update(
         uses='actions/checkout@v4'),
     'a step without a time limit': lambda d: steps(d)[-1].pop('timeout-minutes'),
 }, check_only_mains_gpu_yml: {
     'any branch': edit_run('@refs/heads/main)', '@refs/heads/*)'),
-    'any workflow': edit_run('*/.github/workflows/gpu.yml@', '*@'),
     'after the checkout': lambda d: steps(d).insert(1, steps(d).pop(0)),
     'inline': edit_run('${GITHUB_WORKFLOW_REF:-}', '${{ github.workflow_ref }}'),
 }, check_venv_and_data_outside_the_workspace: {
@@ -456,17 +446,13 @@ MUTATIONS = {check_ci: {  # the check that must fail: {what is broken: how}
 }, check_preflight: {
     'never fails': edit_run('  exit 1\n', ''),
     'no driver check': edit_run('-ge "$MIN_DRIVER"', '-ge 0'),
-    'ignores /dev/shm': edit_run('-ge "$MIN_SHM_MB"', '-ge 0'),
 }, check_cuda_step: {
     'never fails': edit_run("sys.exit('torch.cuda", "print('torch.cuda"),
     'runs no kernel': edit_run("torch.ones(1, device=f'cuda:{i}')", 'torch.ones(1)'),
     'no compute capability': edit_run(', compute capability {major}.{minor}', ''),
     'no torch.version.cuda': edit_run('built for CUDA {torch.version.cuda}', 'built'),
 }, check_order: {
-    'no setup-python': drop('uses', 'setup-python'),
-    'data after the GPU check': drop('run', 'read_fashion_mnist'),
     'no gpu-check': drop('run', MAKE_GPU_CHECK),
-    'no make test': drop('run', MAKE_TEST),
     'CUDA check after the tests': to_the_end('run', CUDA_CHECK),
     'tests run without CUDA': lambda d: find_step(d, 'run', MAKE_TEST).update(
         {'if': 'always()'}),
@@ -474,9 +460,8 @@ MUTATIONS = {check_ci: {  # the check that must fail: {what is broken: how}
 BROKEN = {f'{check.__name__[len("check_"):]}: {name}': (check, mutate)
           for check, table in MUTATIONS.items() for name, mutate in table.items()}
 # What a failing check may raise; gpu.yml's checks all say why in an assert.
-RAISES = {'ci.yml': (AssertionError, StopIteration, ValueError),
-          'pages.yml': (AssertionError, KeyError, TypeError), 'gpu.yml': AssertionError,
-          'release.yml': (AssertionError, KeyError, TypeError, ValueError)}
+RAISES = {'ci.yml': (AssertionError, StopIteration), 'gpu.yml': AssertionError,
+          **dict.fromkeys(['pages.yml', 'release.yml'], (AssertionError, KeyError))}
 
 
 @pytest.mark.parametrize('name', BROKEN)
@@ -487,15 +472,3 @@ def test_each_check_fails_on_a_broken_copy(name, tmp_path, monkeypatch, capsys):
     with pytest.raises(RAISES[CHECKS[check]]):
         check(doc, tmp_path=tmp_path, monkeypatch=monkeypatch, capsys=capsys)
 
-
-def test_cuda_step_for_real_on_this_machine():
-    """Here, with the venv's torch: it fails without CUDA and passes with it."""
-    code = cuda_code(load('gpu.yml'))
-    result = subprocess.run([sys.executable, '-'], input=code, capture_output=True,
-                            text=True, timeout=120)
-    assert f'built for CUDA {torch.version.cuda}' in result.stdout
-    if torch.cuda.is_available():
-        assert result.returncode == 0 and 'cuda:0: ' in result.stdout, result.stderr
-    else:
-        assert result.returncode == 1 and result.stderr.strip().startswith(
-            'torch.cuda.is_available() is False'), result.stderr
