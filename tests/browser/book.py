@@ -1,13 +1,11 @@
-"""Where the built book lies and what its table of contents lists (BOOK_ROOT and
-BOOK_BUILD_DIR point the browser checks at another book or build)."""
-import os
+"""Where the built book lies and what its table of contents lists."""
 import re
-from pathlib import Path
 
 import yaml
 
-ROOT = Path(os.environ.get('BOOK_ROOT', Path(__file__).resolve().parents[2])).resolve()
-BUILD = Path(os.environ.get('BOOK_BUILD_DIR', ROOT / '_build')).resolve()
+from tests.chapters import ROOT
+
+BUILD = ROOT / '_build'
 
 
 def files_in(node):

@@ -35,11 +35,9 @@ TOGGLES = (
     ('chapter-list button', '.primary-toggle', '.bd-sidebar-primary nav.bd-docs-nav a'),
     ('page-contents button', '.secondary-toggle', '.bd-sidebar-secondary nav a'),
 )
-# The article header's menus: (name, menu, link every item must be).
-MENUS = (
-    ('launch menu', '.dropdown-launch-buttons', 'a.dropdown-item'),
-    ('download menu', '.dropdown-download-buttons', 'a.dropdown-item'),
-)
+# The article header's menus, each a button and links (a.dropdown-item): (name, menu).
+MENUS = (('launch menu', '.dropdown-launch-buttons'),
+         ('download menu', '.dropdown-download-buttons'))
 
 
 # --------------------------------------------------------------- serving and browsing
@@ -217,9 +215,9 @@ def _cell_text(cell):
     """A notebook cell's source and text outputs."""
     texts = [cell.get('source', '')]
     for out in cell.get('outputs', []):
-        data = out.get('data', {})
         texts.append(out.get('text', ''))
-        texts += [data[mime] for mime in data if mime.startswith('text/')]
+        texts += [value for mime, value in out.get('data', {}).items()
+                  if mime.startswith('text/')]
     return '\n'.join(''.join(text) for text in texts)
 
 
@@ -406,18 +404,15 @@ def open_solution(driver, with_code=False, shot=None):
 def solution_problems(driver):
     """Every solution is one dropdown: no code cell of its own toggle right after it."""
     split = driver.execute_script(r"""
-      return Array.from(document.querySelectorAll('.admonition.dropdown')).map(box => {
-        const title = box.querySelector(':scope > .admonition-title');
-        let next = box.nextElementSibling, split = 0;
-        while (next && next.matches('div.cell') &&
-               next.querySelector(':scope > details.hide')) {
-          split++;
-          next = next.nextElementSibling;
-        }
-        return {title: title ? title.textContent.trim() : '', split};
-      }).filter(s => /^Solution/.test(s.title) && s.split > 0);""")
-    return [f"{s['title']}: split in two, its code in {s['split']} separate "
-            "'Show code cell' toggle(s) below the dropdown" for s in split]
+      const boxes = Array.from(document.querySelectorAll('.admonition.dropdown'));
+      return boxes.filter(box => {
+        const title = box.querySelector(':scope > .admonition-title'),
+              next = box.nextElementSibling;
+        return title && /^Solution/.test(title.textContent.trim()) && next &&
+               next.matches('div.cell') && next.querySelector(':scope > details.hide');
+      }).map(box => box.querySelector('.admonition-title').textContent.trim());""")
+    return [f"{title}: split in two, its code in a separate 'Show code cell' toggle "
+            'below the dropdown' for title in split]
 
 
 # ------------------------------------------------------------ every screen (issue 12)
@@ -479,7 +474,7 @@ def toggle_problems(driver, name, button_css, target_css):
     return [f'{width}px: the {name} does nothing: {state} open after a click']
 
 
-def menu_problems(driver, name, menu_css, item_css):
+def menu_problems(driver, name, menu_css):
     """The menu's button opens it, with every item on screen and clickable."""
     width = _width(driver)
     load(driver, driver.current_url)           # afresh: no panel left open by a click
@@ -489,11 +484,11 @@ def menu_problems(driver, name, menu_css, item_css):
     if not _click(driver, menus[0].find_element('css selector', 'button')):
         return [f'{width}px: the {name} button cannot be clicked (covered)']
     js = r"""
-      const items = Array.from(arguments[0].querySelectorAll(arguments[1]));
+      const items = Array.from(arguments[0].querySelectorAll('a.dropdown-item'));
       return items.length > 0 && items.every(a => {
         const r = a.getBoundingClientRect();
         return clickable(a) && r.left >= 0 && r.right <= innerWidth; });"""
-    if _until(driver, js, menus[0], item_css, timeout=3):
+    if _until(driver, js, menus[0], timeout=3):
         return []
     return [f'{width}px: the {name} does not open, or its items are off screen']
 
