@@ -1,8 +1,6 @@
-"""Bad input to the programs answered in one line (issue 21, item 3; slow: each one
-starts Python with torch, a torchrun job or a kernel). The case numbers are those of the
-bad-input table in the reliability findings (§4). Each test asserts the exact last line,
-that nothing before it is a traceback (only argparse's usage may come first), and that
-no file was changed."""
+"""Bad input to the programs answered in one line (slow: each starts torch, a job or a
+kernel); cases as numbered in the reliability findings' bad-input table (§4). Each test
+asserts the exact last line, no traceback (only usage before it), no file changed."""
 import sys
 
 import nbformat

@@ -28,6 +28,8 @@ UNEVEN = ('--batch-size {0} does not split evenly over {1} processes: use a mult
      FAULTS + 'the following arguments are required: --fail-in-epoch'),
     (7, 'data_parallel.jobs.faults', ['--fail-in-epoch', 1, '--bogus', 3], 2,
      FAULTS + 'unrecognized arguments: --bogus 3'),
+    ('flag', 'data_parallel.jobs.faults', ['--fail-in-epoch', 0], 2,
+     FAULTS + 'argument --fail-in-epoch: 0 is too small: use at least 1'),
     (9, 'data_parallel.jobs.perf_workers', ['train', '--batch-size', 60_001], 2,
      PERF + 'argument --batch-size: 60001 is too large: use at most 60000'),
     (14, 'data_parallel.jobs.shard_workers', ['zero1', '--batch-size', 60_001], 2,
@@ -37,10 +39,7 @@ UNEVEN = ('--batch-size {0} does not split evenly over {1} processes: use a mult
      TRAIN + '--snapshot works with --impls fsdp alone: pass --impls fsdp.'),
     ('L8', 'data_parallel.jobs.shard_workers', ['train', '--fail-at-step', 2], 2,
      TRAIN + '--fail-at-step needs --snapshot: pass a folder to resume from.'),
-    ('C8', launch.TRAINER, ['--batch-size', 2], 4, UNEVEN.format(2, 4)),
     ('default', launch.TRAINER, [], 3, UNEVEN.format(256, 3)),
-    ('C9', 'data_parallel.jobs.perf_workers', ['train', '--batch-size', 1], 2,
-     UNEVEN.format(1, 2)),
     ('uneven', 'data_parallel.jobs.perf_workers', ['train', '--batch-size', 256, 3], 2,
      UNEVEN.format(3, 2)),
     ('C9', 'data_parallel.jobs.wire_workers', ['measure', '--batch-size', 3], 2,
@@ -103,6 +102,18 @@ def test_launch_passes_good_job_arguments(module, args):
     (24, lambda: dp.ring_allreduce(torch.zeros(3)),  # torch's own line says what to do
      'Default process group has not been initialized, please make sure to call '
      'init_process_group.'),
+    ('data', lambda: dp.load_fashion_mnist(0),
+     'batch_size=0: use a whole number, at least 1.'),
+    ('data', lambda: dp.load_fashion_mnist(2.5),
+     'batch_size=2.5: use a whole number, at least 1.'),
+    ('data', lambda: dp.load_fashion_mnist(64, num_train=0),
+     'num_train=0: use a whole number, at least 1.'),
+    ('data', lambda: dp.read_fashion_mnist('yes'),
+     "train='yes': pass True (training set) or False (test set)."),
+    ('data', lambda: dp.TensorBatches(torch.zeros(3), torch.zeros(2), 1, shuffle=False),
+     'X holds 3 examples but y holds 2 labels.'),
+    ('devices', lambda: dp.get_devices(True),
+     'k=True: ask for a whole number of devices, at least 1.'),
 ])
 def test_functions_name_the_bad_argument_in_one_line(case, call, line):
     with pytest.raises(ValueError) as error:
