@@ -20,9 +20,8 @@ def pytest_xdist_make_scheduler(config, log):
             return SAME_WORKER.get(path, path)
 
         def _assign_work_unit(self, node):
-            # The longest chain of work (chapter 6's ten-epoch runs, then chapter 7)
-            # first: queued by its number of cells, it could wait behind larger files,
-            # then run on alone
+            # The longest chain (chapter 6's ten-epoch runs, then 7) first: queued by
+            # its number of cells, it could wait behind larger files, then run alone
             for head in SAME_WORKER.values():
                 if head in self.workqueue:
                     self.workqueue.move_to_end(head, last=False)

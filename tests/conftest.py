@@ -16,12 +16,7 @@ from tests.helpers import AS_READER, REQUIRE_THROTTLE
 
 @pytest.fixture
 def throttle():
-    """Skip where this machine cannot throttle a loopback; fail where it must.
-
-    Only a CI that made sure of user namespaces (.ci/run, and ci.yml after it lifts
-    Ubuntu 24.04's AppArmor restriction) sets MULTIGPU_REQUIRE_THROTTLE=1; GitHub's
-    generic CI=true says nothing about the kernel, so a runner without them skips.
-    """
+    """Skip where no loopback can be throttled; fail where REQUIRE_THROTTLE is set."""
     problem = network.throttle_problem()
     if problem and os.environ.get(REQUIRE_THROTTLE):
         pytest.fail(f'{REQUIRE_THROTTLE} is set, yet: {problem}')
@@ -29,31 +24,23 @@ def throttle():
         pytest.skip(problem)
 
 
-# The test modules whose code takes another path where CUDA is available (the device
-# policy, pinned memory, NCCL, snapshots of cuda tensors): `make gpu-check` runs these
-# on the GPU (pytest -m cuda), the rest of the suite runs the same there as here.
+# Modules whose code takes another path where CUDA is available (device policy, pinned
+# memory, NCCL, cuda snapshots): `make gpu-check` runs them on the GPU (-m cuda)
 CUDA_PATH = ('unit/test_devices.py', 'unit/test_scratch.py', 'unit/test_data.py',
-             'unit/test_models.py', 'unit/test_train_ddp.py',
-             'unit/test_performance.py',
-             'unit/test_snapshots_cpu.py', 'jobs/test_ddp.py')
+             'unit/test_models.py', 'unit/test_train_ddp.py', 'jobs/test_ddp.py',
+             'unit/test_performance.py', 'unit/test_snapshots_cpu.py')
 
 
 def pytest_collection_modifyitems(items):
-    here = Path(__file__).parent
+    cuda = {Path(__file__).parent / name for name in CUDA_PATH}
     for item in items:
-        if item.path.is_relative_to(here) and \
-                item.path.relative_to(here).as_posix() in CUDA_PATH:
+        if item.path in cuda:
             item.add_marker(pytest.mark.cuda)
 
 
 @pytest.fixture(scope='session')
 def make_env():
-    """os.environ without the flags of a make above: for a test's own `make -n`.
-
-    Inside `make test` (and CI's `make test ALSO=...`) make exports MAKEFLAGS, MAKELEVEL
-    and the command-line variables to every make below it: a test's `make -n` would
-    then print directory lines and plan another command than a plain `make` does.
-    """
+    """os.environ less the flags `make test` exports: they change a test's `make -n`."""
     return {key: value for key, value in os.environ.items()
             if key not in ('MAKEFLAGS', 'MFLAGS', 'MAKELEVEL')}
 
@@ -94,10 +81,8 @@ def reader_folder(as_reader):
 
 
 def processes_with(marker):
-    """(pid, command line) of live processes whose command line mentions marker.
-
-    (From /proc itself, not psutil: tests of a machine without /proc patch psutil.)
-    """
+    """(pid, command line) of live processes that mention marker."""
+    # from /proc, not psutil: tests of a machine without /proc patch psutil
     found = []
     for proc in Path('/proc').iterdir():
         try:
@@ -109,26 +94,20 @@ def processes_with(marker):
     return found
 
 
-def left_after(marker, seconds=60):
-    """The processes that mention marker still alive after up to seconds (or [])."""
-    deadline = time.monotonic() + seconds
-    while processes_with(marker) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return processes_with(marker)
-
-
 @pytest.fixture(scope='session')
 def leftovers():
-    """left_after: what a job left running, after up to 60 s (its tmp_path marks it)."""
+    """What a job left running (its tmp_path marks it), after up to 60 s, or []."""
+    def left_after(marker, seconds=60):
+        deadline = time.monotonic() + seconds
+        while processes_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return processes_with(marker)
     return left_after
 
 
 @pytest.fixture
 def store_port():
-    """The port of a TCPStore this test's process holds open, where its ranks meet.
-
-    No other job can take the port meanwhile, as it can a port found free first.
-    """
+    """A TCPStore's port, held open here: no job can take it before the ranks meet."""
     import torch.distributed as dist
     store = dist.TCPStore('127.0.0.1', 0, is_master=True, wait_for_workers=False)
     yield store.port
@@ -137,11 +116,7 @@ def store_port():
 
 @pytest.fixture(scope='session')
 def spawn():
-    """mp.start_processes with join=True, within a time limit.
-
-    A rank that waits forever in a collective fails the test after `timeout` s
-    instead of hanging pytest.
-    """
+    """mp.start_processes that fails the test after `timeout` s instead of hanging."""
     import torch.multiprocessing as mp
 
     def run(worker, args, nprocs, timeout=300):

@@ -1,12 +1,8 @@
 """Mutation testing: plant each bug the book warns about, and see which checks notice.
 
-A mutation is one textual replacement, exactly once, in a module of the package and in
-the chapter's `#@save` cell that tests/book/test_sync.py keeps identical to it (else the
-mutation has rotted and says so). It is applied to a copy of book/ and tests/ whose
-package goes first on PYTHONPATH (the runs check that they import it). On each copy run
-the unit tests it names and the chapters' checks (nbval on the cells tagged `checks`,
-or a mutation's `checks-<group>`, with the setup and #@save cells); the unmutated copy
-is the control: it must pass, or a failure under a mutation proves nothing.
+A mutation replaces text exactly once in a package module and in the #@save cell that
+mirrors it, in a copy of book/ and tests/ whose package goes first on PYTHONPATH. Each
+copy runs its unit tests and chapters' checks; the unmutated copy is the control.
 """
 import functools
 import json
@@ -58,36 +54,33 @@ class Mutation:
     checks: tuple = ()
 
 
+CH = {int(path.name[:2]): path.name for path in chapters.CHAPTERS}  # CH[6]: chapter 6
 SCRATCH_TESTS = ('tests/unit/test_scratch.py',)
 # each mutation of performance.py and collectives.py runs the one test that checks it
 PERF_TESTS = 'tests/unit/test_performance.py::'
-CH4, CH5, CH6 = ('04_data_synchronization.ipynb', '05_distributing_data.ipynb',
-                 '06_training.ipynb')
-CH8 = '08_where_the_time_goes.ipynb'
-CH9 = '09_sharded_data_parallelism.ipynb'
-CH10 = '10_when_the_network_is_the_bottleneck.ipynb'
-CH11, CH12 = '11_a_layer_across_devices.ipynb', '12_the_network_across_devices.ipynb'
 WIRE_JOBS = 'tests/jobs/test_wire_workers.py::'
 SHARD_JOBS = 'tests/jobs/test_shard_workers.py::'
 ZERO1_TEST = SHARD_JOBS + 'test_zero1_from_scratch_equals_ddp[2]'
 # chapter 6's k devices against 1 after one step: the from-scratch bugs show there
-ONE_STEP = ((CH6, 'checks-one-step'),)
+ONE_STEP = ((CH[6], 'checks-one-step'),)
 # chapter 9's ZeRO-1 job against DDP, and the bytes its jobs put on the sockets
-ZERO1, BYTES = ((CH9, 'checks-zero1'),), ((CH9, 'checks-bytes'),)
+ZERO1, BYTES = ((CH[9], 'checks-zero1'),), ((CH[9], 'checks-bytes'),)
+COST_MODEL = ((CH[8], 'checks-cost-model'),)
 # chapter 11's split layers against one device (the test spawns two processes)
 TP_TEST = ('tests/unit/test_tensor_parallel.py::test_split_layers_equal_one_device_'
            'in_output_and_gradients[2]',)
-SCHEDULE = ((CH12, 'checks-schedule'),)  # chapter 12's schedules and bubble by formula
+# chapter 12's schedules, and its bubble by formula
+SCHEDULE = ((CH[12], 'checks-schedule'),)
 
 MUTATIONS = [
     Mutation('a-get_params-no-copy',
              'get_params without copy=True: replicas on one device share storage',
              'scratch.py', 'p.detach().to(device, copy=True)', 'p.detach().to(device)',
-             SCRATCH_TESTS, (CH4, CH6), checks=ONE_STEP),
+             SCRATCH_TESTS, (CH[4], CH[6]), checks=ONE_STEP),
     Mutation('b-allreduce-rebinds-broadcast',
              "allreduce rebinds the broadcast loop's list entries (d2l's bug)",
              'scratch.py', 'data[i][:] = data[0].to(data[i].device)',
-             'data[i] = data[0].to(data[i].device)', SCRATCH_TESTS, (CH4, CH6),
+             'data[i] = data[0].to(data[i].device)', SCRATCH_TESTS, (CH[4], CH[6]),
              checks=ONE_STEP),
     Mutation('c-split_batch-drops-remainder',
              'split_batch drops the len(X) % k examples of an uneven batch',
@@ -97,19 +90,19 @@ MUTATIONS = [
              'kept = len(X) - len(X) % len(devices)\n'
              '    X_shards = torch.tensor_split(X[:kept], len(devices))\n'
              '    y_shards = torch.tensor_split(y[:kept], len(devices))',
-             SCRATCH_TESTS, (CH5, CH6), checks=ONE_STEP),
+             SCRATCH_TESTS, (CH[5], CH[6]), checks=ONE_STEP),
     Mutation('d-sgd-divides-by-shard',
              'train_batch: each replica divides its gradient by its shard size',
              'scratch.py',
              'for params in device_params:\n        sgd(params, lr, X.shape[0])',
              'for params, X_shard in zip(device_params, X_shards):\n'
              '        sgd(params, lr, len(X_shard))',
-             SCRATCH_TESTS, (CH6,), checks=ONE_STEP),
+             SCRATCH_TESTS, (CH[6],), checks=ONE_STEP),
     Mutation('e-ring-skips-a-hop',
              'ring_allreduce: reduce-scatter takes k - 2 hops instead of k - 1',
              'collectives.py', 'for step in range(k - 1):  # reduce-scatter',
              'for step in range(k - 2):  # reduce-scatter',
-             (PERF_TESTS + 'test_ring_and_star_equal_torch_all_reduce',), (CH8,)),
+             (PERF_TESTS + 'test_ring_and_star_equal_torch_all_reduce',), (CH[8],)),
     Mutation('f-flat-serial-path-one-device',
              'train_batch_flat without a pool: forward and backward on device 0 only',
              'performance.py',
@@ -119,8 +112,8 @@ MUTATIONS = [
              'for X_shard, y_shard, replica in zip(X_shards, y_shards, replicas[:1]):\n'
              '            forward_backward(X_shard, y_shard, replica)\n'
              '    else:  # one thread per device: the devices work at the same time',
-             (PERF_TESTS + 'test_flat_trainer_matches_train_batch',), (CH8,),
-             checks=((CH8, 'checks-flat'),)),
+             (PERF_TESTS + 'test_flat_trainer_matches_train_batch',), (CH[8],),
+             checks=((CH[8], 'checks-flat'),)),
     Mutation('r-threads-take-turns',
              'train_batch_flat with a pool: each device waits for the one before it',
              'performance.py',
@@ -130,27 +123,26 @@ MUTATIONS = [
              '        for shard in zip(X_shards, y_shards, replicas):\n'
              '            pool.submit(forward_backward, *shard).result()',
              (PERF_TESTS + 'test_with_a_pool_the_devices_passes_run_at_the_same_time',),
-             (CH6,)),
+             (CH[6],)),
     Mutation('g-cost-model-without-communication',
              'step_seconds drops the allreduce term: compute alone',
              'performance.py',
              'return compute_seconds + '
              'allreduce_seconds(num_values, k, bytes_per_second)',
-             'return compute_seconds', (PERF_TESTS + 'test_cost_model',), (CH8,),
-             checks=((CH8, 'checks-cost-model'),)),
+             'return compute_seconds', (PERF_TESTS + 'test_cost_model',), (CH[8],),
+             checks=COST_MODEL),
     Mutation('h-cost-model-star-traffic',
              "allreduce_seconds: the star's 2(k - 1)N, not the ring's 2(k - 1)/k N",
              'performance.py',
              'return 2 * (k - 1) / k * num_values * bytes_per_value / bytes_per_second',
              'return 2 * (k - 1) * num_values * bytes_per_value / bytes_per_second',
-             (PERF_TESTS + 'test_cost_model',), (CH8,),
-             checks=((CH8, 'checks-cost-model'),)),
+             (PERF_TESTS + 'test_cost_model',), (CH[8],), checks=COST_MODEL),
     Mutation('i-zero1-skips-all-gather',
              'zero1_step updates its own shard and never all-gathers the parameters',
              'sharding.py',
              '    ring_all_gather(replica.data)  '
              '# every rank again holds all parameters\n',
-             '', (ZERO1_TEST,), (CH9,), checks=ZERO1),
+             '', (ZERO1_TEST,), (CH[9],), checks=ZERO1),
     Mutation('j-zero1-per-rank-divisor',
              "the ZeRO-1 job divides the summed gradient by the rank's batch, not the "
              'full one',
@@ -158,14 +150,13 @@ MUTATIONS = [
              'sharding.zero1_step(replica, momentum, args.lr, args.batch_size,',
              'sharding.zero1_step(replica, momentum, args.lr,\n' + ' ' * 32
              + 'args.batch_size // dist.get_world_size(),',
-             (ZERO1_TEST,), (CH9,), saved=False, checks=ZERO1),
+             (ZERO1_TEST,), (CH[9],), saved=False, checks=ZERO1),
     Mutation('k-fsdp-built-as-ddp',
              "the `fsdp` variant is built as DDP: every rank keeps everything",
              'jobs/shard_workers.py', "    if impl == 'fsdp':\n",
              "    if impl == 'fully sharded':\n",
              (SHARD_JOBS + 'test_fsdp2_memory_per_rank_falls_as_one_over_k[2]',),
-             (CH9,), saved=False,
-             checks=((CH9, 'checks-fsdp'),)),
+             (CH[9],), saved=False, checks=((CH[9], 'checks-fsdp'),)),
     Mutation('l-resume-loads-nothing',
              'load_snapshot finds the snapshot and reads nothing from it',
              'jobs/dcp_snapshot.py',
@@ -173,8 +164,8 @@ MUTATIONS = [
              '# each rank reads the shards it owns',
              'pass  # the snapshot is never read',
              (SHARD_JOBS + 'test_killed_fsdp2_job_resumes_from_dcp_and_equals_an_'
-              'uninterrupted_run',), (CH9,), saved=False,
-             checks=((CH9, 'checks-resume'),)),
+              'uninterrupted_run',), (CH[9],), saved=False,
+             checks=((CH[9], 'checks-resume'),)),
     Mutation('m-all-gather-as-allreduce',
              'ring_all_gather zeroes the other shards and allreduces the whole tensor: '
              'right values, twice the bytes',
@@ -188,27 +179,27 @@ MUTATIONS = [
              '            chunk.zero_()\n'
              '    dist.all_reduce(tensor)\n'
              '    for send, recv in []:  # no hops: the exchange below never runs\n',
-             (ZERO1_TEST,), (CH9,), checks=BYTES),
+             (ZERO1_TEST,), (CH[9],), checks=BYTES),
     Mutation('n-fsdp-keeps-blocks-gathered',
              "FSDP2 keeps each block gathered after forward: the model's 1.5x DDP's "
              "traffic, not gloo's 2x",
              'jobs/shard_workers.py',
              'fully_shard(block, mesh=mesh, reshard_after_forward=args.reshard)',
              'fully_shard(block, mesh=mesh, reshard_after_forward=False)',
-             (SHARD_JOBS + 'test_socket_bytes_follow_the_ring',), (CH9,), saved=False,
+             (SHARD_JOBS + 'test_socket_bytes_follow_the_ring',), (CH[9],), saved=False,
              checks=BYTES),
     Mutation('o-fp16-hook-sends-everything',
              "the `fp16` variant registers DDP's plain allreduce hook: 4 bytes a value",
              'jobs/wire_workers.py',
              'ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)',
              'ddp.register_comm_hook(None, default_hooks.allreduce_hook)',
-             (WIRE_JOBS + 'test_compressing_hooks_send_less',), (CH10,), saved=False),
+             (WIRE_JOBS + 'test_compressing_hooks_send_less',), (CH[10],), saved=False),
     Mutation('p-accumulation-syncs-every-micro-batch',
              'gradient accumulation without no_sync(): every micro-batch is allreduced',
              'jobs/wire_workers.py', '            with ddp.no_sync():\n',
              '            if True:  # no no_sync(): DDP sends after every backward\n',
-             (WIRE_JOBS + 'test_accumulation_sends_once_per_n_micro_batches',), (CH10,),
-             saved=False),
+             (WIRE_JOBS + 'test_accumulation_sends_once_per_n_micro_batches',),
+             (CH[10],), saved=False),
     Mutation('q-use_one_core-does-nothing',
              'use_one_core leaves PyTorch its intra-op threads: CPU processes that '
              'should be one core each fight over the cores',
@@ -216,25 +207,23 @@ MUTATIONS = [
              "    if device.type == 'cpu':\n        torch.set_num_threads(1)\n",
              '    pass  # the device model forgotten\n',
              ('tests/unit/test_devices.py::test_cpu_devices_are_one_core_each',),
-             (CH6, CH8), saved=False,
-             checks=((CH8, 'checks-one-core'),)),
+             (CH[6], CH[8]), saved=False, checks=((CH[8], 'checks-one-core'),)),
     # chapter 11: tensor parallelism
     Mutation('tp-row-parallel-skips-g',
              'RowParallelLinear adds its partial sum without the all-reduce of g',
              'tensor_parallel.py',
              'return ReduceFromParallel.apply(F.linear(X, self.weight)) + self.bias',
-             'return F.linear(X, self.weight) + self.bias',
-             TP_TEST, (CH11,)),
+             'return F.linear(X, self.weight) + self.bias', TP_TEST, (CH[11],)),
     Mutation('tp-f-backward-skips-all-reduce',
              "f's backward returns this rank's part of the input's gradient: output "
              "and the pair's own gradients stay right",
              'tensor_parallel.py', '        dist.all_reduce(grad)\n', '',
-             TP_TEST, (CH11,)),
+             TP_TEST, (CH[11],)),
     Mutation('tp-conv-gathers-along-batch',
              "channel_parallel_conv joins the ranks' channels along the batch "
              'dimension',
              'tensor_parallel.py', 'return torch.cat(pieces, dim=1)',
-             'return torch.cat(pieces, dim=0)', TP_TEST, (CH11,)),
+             'return torch.cat(pieces, dim=0)', TP_TEST, (CH[11],)),
     # chapter 12: pipeline parallelism
     Mutation('pp-1f1b-runs-all-forwards-first',
              "the '1F1B' order runs every forward before its first backward: GPipe's "
@@ -243,12 +232,12 @@ MUTATIONS = [
              'warmup = min(p - 1 - stage, m)  # forwards in flight before the first',
              'warmup = m  # forwards in flight before the first',
              ('tests/unit/test_pipeline.py::test_gpipe_holds_every_micro_batch_and_'
-              '1f1b_at_most_p[4-4]',), (CH12,), checks=SCHEDULE),
+              '1f1b_at_most_p[4-4]',), (CH[12],), checks=SCHEDULE),
     Mutation('pp-bubble-with-p-not-p-minus-1',
              'bubble_fraction counts p idle slots instead of p - 1: p/(m + p)',
              'pipeline.py', 'return (p - 1) / (m + p - 1)', 'return p / (m + p)',
              ('tests/unit/test_pipeline.py::test_bubble_formulas_have_p_minus_1_idle_'
-              'slots',), (CH12,), checks=SCHEDULE),
+              'slots',), (CH[12],), checks=SCHEDULE),
     Mutation('pp-loss-not-divided-by-micro-batches',
              "the pipeline job's loss is each micro-batch's mean, not divided by m: "
              'gradients m times too large',
@@ -256,8 +245,8 @@ MUTATIONS = [
              'return F.cross_entropy(output, y) / num_micro_batches',
              'return F.cross_entropy(output, y)',
              ('tests/jobs/test_pp_workers.py::test_schedules_give_the_unsplit_'
-              'gradients[2]',), (CH12,), saved=False,
-             checks=((CH12, 'checks-grads'),)),
+              'gradients[2]',), (CH[12],), saved=False,
+             checks=((CH[12], 'checks-grads'),)),
 ]
 
 
@@ -270,10 +259,8 @@ def is_saved(cell):
 def select_cells(cells, group='checks'):
     """Indices of the code cells a copy runs, in order.
 
-    They are the setup (before the first `## ` heading), the #@save cells and those
-    tagged `group`; all of them when no cell is tagged `checks`. A narrower group that
-    tags nothing, or tags no assert, raises HarnessError: the chapter changed, so its
-    tags must.
+    The setup (before the first `## ` heading), the #@save cells and those tagged
+    `group`; every code cell when none is tagged `checks`.
     """
     code = [i for i, c in enumerate(cells) if c['cell_type'] == 'code']
     tagged = [i for i in code if group in cells[i]['metadata'].get('tags', [])]
@@ -301,10 +288,7 @@ def mutate_text(text, mutation, where):
 
 
 def mutate_chapters(notebooks, mutation):
-    """Apply the mutation to the one #@save cell that holds it; its chapter's name.
-
-    None for a job's code (saved=False), once sure that no cell holds it.
-    """
+    """Mutate the one #@save cell that holds old; its chapter (None if not saved)."""
     holders = [(name, cell) for name, nb in notebooks.items() for cell in nb['cells']
                if is_saved(cell) and mutation.old in chapters.text(cell)]
     if not mutation.saved and not holders:
@@ -319,10 +303,7 @@ def mutate_chapters(notebooks, mutation):
 
 
 def trimmed(notebook, group, book):
-    """The selected code cells after a probe, and their original indices.
-
-    The probe fails unless the kernel imports data_parallel from book.
-    """
+    """The selection after a probe of the kernel's data_parallel; original indices."""
     probe = ('import data_parallel\n'
              f'assert data_parallel.__file__.startswith({str(book) + os.sep!r}), '
              'data_parallel.__file__\n')
@@ -356,8 +337,7 @@ def selection(mutation):
 def control_copies():
     """Selections ({chapter: group}) that hold every one a mutation runs, in few copies.
 
-    The control runs each of them unmutated: a narrow group may lack a cell it needs,
-    and would then fail, mutated or not.
+    (A narrow group may lack a cell it needs: then it fails mutated or not.)
     """
     copies = []
     for chapter, group in sorted({pair for mutation in MUTATIONS
@@ -380,9 +360,6 @@ def write_chapters(root, groups, mutation=None):
             (book / name).write_text(json.dumps(notebooks[name]))
     origins = {}
     for chapter, group in groups.items():
-        if chapter not in notebooks:
-            raise HarnessError(f'no chapter {chapter} in book/: '
-                               'update tests/mutations/mutations.py')
         notebook, origins[chapter] = trimmed(notebooks[chapter], group,
                                              book / 'data_parallel')
         (book / chapter).write_text(json.dumps(notebook))
@@ -478,8 +455,8 @@ def run_chapter(root, chapter, group, origins, stop_first):
 def tasks(folder, mutation=None, unit=(), groups=None):
     """(label, call) of each check of one copy: unit tests, each chapter's selection.
 
-    Without a mutation, a control copy: the unit tests and groups given. A mutated
-    copy runs its own, and stops each check at its first failure (-x).
+    A control copy (no mutation) runs the unit tests and groups given; a mutated copy
+    its own, each stopped at its first failure (-x).
     """
     if mutation is not None:
         unit, groups = mutation.unit, selection(mutation)
@@ -509,10 +486,8 @@ def run_all(all_tasks, workers=2, report=lambda label, outcome: None):
 
 def describe(outcome, expected_to_fail):
     """One line: place, verdict, seconds, and the first failures."""
-    if expected_to_fail:
-        verdict = 'caught' if outcome.failed else 'MISSED'
-    else:
-        verdict = 'FAILED' if outcome.failed else 'passed'
+    verdicts = ('MISSED', 'caught') if expected_to_fail else ('passed', 'FAILED')
+    verdict = verdicts[outcome.failed]
     shown = '; '.join(f'{test}: {message}' if message else test
                       for test, message in outcome.failures[:3])
     more = f' (+{len(outcome.failures) - 3} more)' if len(outcome.failures) > 3 else ''
