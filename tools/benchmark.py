@@ -11,11 +11,9 @@ jobs: `train` on 1, 2 and 4 processes (compute, no_sync, DDP), `allreduce` on 2 
 (25 MB and LeNet's 0.52 MB). Each time is the median of --repeats rounds, the
 variants interleaved so that a busy moment hits them alike.
 
-A row with a check is a speed claim of chapters 6 to 8, held to the tolerance below
-(the speed-ups only where each device is a CPU core of its own); a target in
-parentheses is a goal, printed, never checked. Missed claims are named again last;
-with --check they make the exit status 1. Run it on a machine it has to itself
-(`uptime`): anything beside it slows one side of a ratio.
+A row with a check (tools/claims.py) is a speed claim of chapters 6 to 8, held to the
+tolerance below (the speed-ups only where each device is a CPU core of its own). Run it
+on a machine it has to itself (`uptime`): anything beside it slows one side of a ratio.
 """
 import argparse
 import itertools
@@ -133,8 +131,7 @@ def derived(t, ddp, rings, n):
             'improved_rate': n * BATCH / t[IMPROVED],
             'errors': {k: dp.step_seconds(ddp[k]['nosync']['step_seconds'], NUM_VALUES,
                                           k, rings[k, LENET_MB]['busbw']['torch'])
-                       / ddp[k]['ddp']['step_seconds'] - 1 for k in (2, 4)},
-            'one_core_each': one_core_each()}
+                       / ddp[k]['ddp']['step_seconds'] - 1 for k in (2, 4)}}
 
 
 def table_rows(t, ddp, rings, fig, n):
@@ -142,7 +139,7 @@ def table_rows(t, ddp, rings, fig, n):
     rate, backend = fig['rate'], ddp[2]['backend']
     faster = (f'>= {SPEEDUP}', lambda x: x >= SPEEDUP)
     in_turn = (f'< {LOOP_SPEEDUP}', lambda x: x < LOOP_SPEEDUP)
-    if not fig['one_core_each']:  # the speed-ups' premise: a CPU core per device
+    if not one_core_each():  # the speed-ups' premise: a CPU core per device
         faster = in_turn = ('(CPU cores only)', None)
     rows = [
         ('Data pipeline', None, None, None),

@@ -1,8 +1,9 @@
 """The table both speed tools print: ratios, each with the target the text claims.
 
 A row is (measure, ratio, target, check): a row without a ratio is a heading; a row
-with a check is a claim of the text (make speed fails when it is missed), one without
-is printed next to its goal only.
+with a check is a claim of the text, one without is printed next to its goal (a target
+in parentheses) only. Missed claims are named again last; with --check (make speed)
+they make the exit status 1.
 """
 NAME_WIDTH = 52  # a row: 3 + 52 + 1 + 7 + 2 + 16 + 1 + 6 = 88 columns
 

@@ -12,10 +12,9 @@ Mbit/s, and the 2 x 1024 MLP at exercise 1's break-even rate (where the allreduc
 takes the median compute time). Times are medians of --steps steps in one job; bytes
 are those rank 0 wrote to gloo's sockets.
 
-A row with a check is a claim of chapter 10, held to the tolerance below; a target in
-parentheses is a goal, printed, never checked. Missed claims are named again last;
-with --check they make the exit status 1. Run it on a machine it has to itself:
-anything beside it slows the compute each prediction starts from.
+A row with a check (tools/claims.py) is a claim of chapter 10, held to the tolerance
+below. Run it on a machine it has to itself: anything beside it slows the compute each
+prediction starts from.
 """
 import argparse
 import os
