@@ -91,8 +91,7 @@ def test_a_data_folder_a_reader_cannot_enter_is_named_in_one_line(
 
 
 def test_shuffled_batches_are_gathered_into_pinned_memory_for_a_gpu(monkeypatch):
-    """Pinned (the default with CUDA), split_batch's copy to a GPU is queued; pinning
-    needs CUDA, so here the allocation is recorded, not made."""
+    """Pinned, a copy to a GPU is queued; pinning needs CUDA: here it is recorded."""
     X, y = torch.arange(30.).view(10, 3), torch.arange(10)
     pinned, real_empty = [], torch.empty
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from data_parallel import files, models, results, snapshot, train_ddp
 
@@ -45,14 +44,6 @@ def cut_short(two_saved):
     """two_saved's a.pt, cut short: damaged, with a good snapshot before it."""
     two_saved.write_bytes(b'cut short')
     return two_saved
-
-
-@pytest.fixture
-def one_process():
-    """A process group of this process alone, as rank 0 of a job."""
-    dist.init_process_group('gloo', store=dist.HashStore(), rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 @pytest.mark.parametrize('damaged', [False, True], ids=['newest', 'its-fallback'])
@@ -168,14 +159,6 @@ def test_a_failed_write_leaves_the_snapshots_and_no_temporary(
     assert epoch_of(path) == 2 and epoch_of(snapshot.previous(path)) == 1
 
 
-def test_a_save_removes_the_temporaries_of_a_crashed_one(tmp_path):
-    path = tmp_path / 'a.pt'
-    for stale in ('a.pt.tmp', 'a.pt.prev.tmp', 'a.pt.x1y2z3.tmp'):
-        (tmp_path / stale).write_bytes(b'half')
-    save(path, 1)
-    assert names(tmp_path) == ['a.pt']
-
-
 def test_a_second_job_on_the_same_snapshot_is_refused(two_saved):
     """C15: another job (another open file description) holds path.lock."""
     path = two_saved
@@ -192,7 +175,9 @@ def test_a_second_job_on_the_same_snapshot_is_refused(two_saved):
 
 
 def test_a_snapshot_in_a_new_folder_is_locked_from_the_start(tmp_path):
-    path = tmp_path / 'new' / 'a.pt'
+    path = tmp_path / 'new' / 'folders' / 'a.pt'
+    assert files.unwritable(path, '--snapshot') is None
+    assert list(tmp_path.iterdir()) == []  # checking the path made no folder
     assert snapshot.newest(path, ARGS) is None  # nothing to resume from yet
     with open(f'{path}.lock', 'a') as other_job, pytest.raises(BlockingIOError):
         fcntl.flock(other_job, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -220,6 +205,9 @@ def test_a_fresh_start_drops_an_earlier_runs_prev(two_saved):
 
 
 def test_file_and_folder_are_flushed_before_and_after_the_rename(tmp_path, monkeypatch):
+    """And the temporaries of a crashed save are removed."""
+    for stale in ('a.pt.tmp', 'a.pt.prev.tmp', 'a.pt.x1y2z3.tmp'):
+        (tmp_path / stale).write_bytes(b'half')
     events = []
     real_fsync, real_replace = os.fsync, os.replace
 
@@ -238,6 +226,7 @@ def test_file_and_folder_are_flushed_before_and_after_the_rename(tmp_path, monke
               for event in events]  # each save's own temporary name
     assert events == [('fsync', 'a.pt.TMP'), ('replace', 'a.pt.TMP', 'a.pt'),
                       ('fsync', tmp_path.name)]
+    assert names(tmp_path) == ['a.pt']
 
 
 @pytest.mark.parametrize('earlier, kept', [
@@ -282,11 +271,6 @@ def test_an_unusable_path_gets_one_line_and_nothing_is_made(tmp_path, path, says
         snapshot.newest(Path(path), ARGS)
     problem = str(error.value)
     assert problem.startswith(says) and '\n' not in problem
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_a_new_folder_is_fine(tmp_path):
-    assert files.unwritable(tmp_path / 'a' / 'b' / 'x.pt', '--snapshot') is None
     assert list(tmp_path.iterdir()) == []
 
 

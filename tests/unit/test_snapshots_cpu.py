@@ -10,8 +10,7 @@ HISTORY = {'accuracies': [0.5, 0.6], 'epoch_seconds': [1.0, 1.1]}
 
 
 class OnDevice(torch.Tensor):
-    """Stands for a cuda tensor without a GPU: weights_only=True refuses it as it would
-    refuse cuda storages on a machine without CUDA; its ``.cpu()`` is a plain tensor."""
+    """Stands for a cuda tensor: weights_only refuses it as cuda ones without CUDA."""
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):

@@ -4,7 +4,6 @@ from types import SimpleNamespace
 import matplotlib
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 
 import data_parallel as dp
@@ -86,7 +85,7 @@ def event(name, start, end):
     return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start, end=end))
 
 
-def test_spans_are_read_from_profiler_events():
+def test_spans_are_read_from_profiler_events(one_process):
     """ms from the step's record; one backward span per pass, without AccumulateGrad."""
     node = timeline.NODE
     events = [event(timeline.STEP, 1000, 99_000),
@@ -108,20 +107,16 @@ def test_spans_are_read_from_profiler_events():
         span('optimizer', 89.0, 94.0, 'Optimizer.step#SGD.step')]
     # A real 1-process DDP step: this torch's profiler still names those events
     # (tests/jobs/test_timeline.py profiles 2 processes behind a slow wire).
-    dist.init_process_group('gloo', store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
-        ddp = nn.parallel.DistributedDataParallel(model)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
 
-        def step(X):
-            opt.zero_grad()
-            ddp(X).sum().backward()
-            opt.step()
-        step(torch.ones(4, 8))  # DDP rebuilds its buckets after the first step
-        spans = timeline.profile_step(step, torch.ones(4, 8))
-    finally:
-        dist.destroy_process_group()
+    def step(X):
+        opt.zero_grad()
+        ddp(X).sum().backward()
+        opt.step()
+    step(torch.ones(4, 8))  # DDP rebuilds its buckets after the first step
+    spans = timeline.profile_step(step, torch.ones(4, 8))
     kinds = [s['kind'] for s in spans]
     assert kinds == ['forward', 'backward', 'allreduce', 'optimizer'], spans
     assert spans[-1]['end_ms'] > spans[0]['start_ms'] >= 0
