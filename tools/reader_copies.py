@@ -1,34 +1,24 @@
 """Reader copies of the chapters: notebooks that read right in any Jupyter.
 
-The chapters (book/NN_*.ipynb) are written in MyST for the rendered book. A reader who
-opens one in Colab, downloads it, or opens a clone in JupyterLab meets a plain
-Jupyter, which shows MyST roles and directives as raw text. This tool writes
-notebooks/NN_*.ipynb: the same cells (same code, same stored outputs), MyST resolved:
+The chapters (book/NN_*.ipynb) are MyST, which a plain Jupyter (Colab, a download,
+JupyterLab, VS Code) shows as raw text. This tool writes notebooks/NN_*.ipynb: the same
+code and stored outputs, with the MyST resolved:
 
-- {glue:text}`name:fmt`: the value the chapter glued (dp.glue, stored in its outputs),
-  formatted as the book formats it (myst-nb's own format_plain_text);
-- {numref}`fig-x`: "Fig. C.N", numbered as in the book; {doc}`NN_x`: a link to that
-  chapter's reader copy, named by its title;
-- a `:class: dropdown` admonition (a worked solution): an HTML <details> box, collapsed;
-  any other admonition: a quoted box with its title;
-- the code cells of a solution: a first line naming the solution as a Colab form title
-  (`# @title ... { display-mode: "form" }`, which Colab folds; elsewhere a comment), and
-  collapsed in JupyterLab too (jupyter.source_hidden);
-- the code cells the book hides (tag remove-cell: its checks and the dp.glue calls that
-  hand numbers to the text) left out, but the first, which installs the package;
-- a chapter whose code asks the device policy for GPUs asks Colab for a GPU runtime;
-- a figure cell: its caption ("Fig. C.N ...") in a Markdown cell below it;
-- glue outputs dropped (a plain Jupyter has no renderer for them); a line under the
-  title says where the book is and that the numbers are from the stored run.
+- {glue:text}`name:fmt`: the glued value, formatted by myst-nb's format_plain_text;
+- {numref}`fig-x`: "Fig. C.N"; {doc}`NN_x`: a link to that reader copy, by its title;
+- an admonition: a collapsed <details> box for a `:class: dropdown` (a worked
+  solution), else a quoted box; a solution's code cells: a Colab form title line
+  (`# @title ... { display-mode: "form" }`) and folded in JupyterLab too;
+- the `remove-cell` code cells (checks, dp.glue calls) and glue outputs left out, but
+  the first cell, which installs the package; a figure's caption in a cell below it;
+- a GPU runtime asked of Colab when the code asks for devices; a line under the title
+  says where the book is and that the numbers are from the stored run.
 
-The book's buttons point here: the Colab button to notebooks/ on GitHub at the release
-tag v<version> (the tag whose package the first cell installs), the download button to
-the copy the build writes (book/_ext/book_html_fixes.py). Any other MyST in a Markdown
-cell stops the tool with one line naming the chapter.
-tests/book/test_reader_copies.py checks that notebooks/ is up to date and reads right.
+Any other MyST in a Markdown cell stops the tool with one line naming the chapter. The
+book's download button and its Colab button (at the release tag v<version>) open these
+copies (book/_ext/book_html_fixes.py); tests/book/test_reader_copies.py checks them.
 
-    python tools/reader_copies.py            write notebooks/ (make reader-copies)
-    python tools/reader_copies.py --check    name the stale copies, exit 1 if any
+    python tools/reader_copies.py    write notebooks/ (make reader-copies)
 """
 import copy
 import json
@@ -61,27 +51,19 @@ class Refused(Exception):
     """The chapter holds MyST this tool does not translate."""
 
 
-def book_url(config=None):
+def book_url():
     """The published book's URL (GitHub Pages), from _config.yml's repository url."""
-    if config is None:
-        config = yaml.safe_load((ROOT / '_config.yml').read_text(encoding='utf-8'))
+    config = yaml.safe_load((ROOT / '_config.yml').read_text(encoding='utf-8'))
     owner, repo = urlparse(config['repository']['url']).path.strip('/').split('/')[:2]
     return f'https://{owner.lower()}.github.io/{repo}/'
 
 
 def chapters():
-    """The chapters' notebooks in reading order (_toc.yml), with their numbers.
-
-    The chapters are the numbered part of _toc.yml (or its one list of chapters, when
-    it has no parts); a page of an unnumbered part (book/zh.md) is none of them.
-    """
+    """{notebook: number} of the chapters, the numbered part of _toc.yml, in order."""
     toc = yaml.safe_load((ROOT / '_toc.yml').read_text(encoding='utf-8'))
-    parts = (toc.get('parts')
-             or [{**toc.get('options', {}), 'chapters': toc['chapters']}])
-    files = [entry['file'] for part in parts if part.get('numbered')
+    files = [entry['file'] for part in toc['parts'] if part.get('numbered')
              for entry in part['chapters']]
-    return {ROOT / f'{file}.ipynb': number for number, file in enumerate(files, start=1)
-            if (ROOT / f'{file}.ipynb').exists()}
+    return {ROOT / f'{file}.ipynb': number for number, file in enumerate(files, 1)}
 
 
 def source(cell):
@@ -101,10 +83,6 @@ def glued_values(nb):
             if scrap:
                 values[scrap['name']] = out['data'][scrap['mime_prefix'] + 'text/plain']
     return values
-
-
-def is_glue_output(out):
-    return any(key.startswith(GLUE_MIME) for key in out.get('data', {}))
 
 
 def figure_name(cell):
@@ -138,12 +116,11 @@ def quote(heading, body):
 def translate(text, glued, figures, name):
     """The Markdown of one cell with its MyST resolved; Refused for anything else."""
     def glue(match):
-        key, _, fmt = match.group(1).rpartition(':') if ':' in match.group(1) else (
-            match.group(1), '', 's')
+        key, _, fmt = match.group(1).partition(':')
         if key not in glued:
             raise Refused(f'{name}: glue {match.group(1)!r} has no value stored '
                           '(execute the chapter: make execute)')
-        return format_plain_text(glued[key], fmt)
+        return format_plain_text(glued[key], fmt or 's')
 
     def numref(match):
         if match.group(1) not in figures:
@@ -169,9 +146,8 @@ def translate(text, glued, figures, name):
     return text
 
 
-def reader_copy(path, number=None):
-    """The reader copy of the chapter at path (a notebook dict)."""
-    number = number or chapters()[path]
+def reader_copy(path, number):
+    """The reader copy of chapter number at path (a notebook dict)."""
     nb = json.loads(path.read_text(encoding='utf-8'))
     glued = glued_values(nb)
     named = [figure_name(c) for c in nb['cells'] if figure_name(c)]
@@ -190,7 +166,8 @@ def reader_copy(path, number=None):
             solution = titles[-1] if titles else None
             set_source(cell, translate(text, glued, figures, path.name))
             continue
-        cell['outputs'] = [o for o in cell.get('outputs', []) if not is_glue_output(o)]
+        cell['outputs'] = [out for out in cell.get('outputs', []) if not any(
+            key.startswith(GLUE_MIME) for key in out.get('data', {}))]
         if 'solution' in cell['metadata'].get('tags', []):
             if solution is None:
                 raise Refused(f'{path.name}: a "solution" cell follows no solution')
@@ -229,44 +206,36 @@ def readme(numbers):
                      for path, number in numbers.items())
     about = (f'The chapters of *Training on Multiple GPUs* ([the book]({book_url()})) '
              'as plain notebooks: Colab, the download button and `make lab` open '
-             'these. '
-             'They are written by `tools/reader_copies.py` from `book/` '
+             'these. They are written by `tools/reader_copies.py` from `book/` '
              '(`make reader-copies`): edit the chapters there, never these.')
     return f'# The chapters, to run\n\n{wrap(about)}\n\n{rows}\n'
 
 
-def dumps(nb):
-    """The repository's JSON layout for notebooks."""
-    return json.dumps(nb, indent=1, ensure_ascii=False) + '\n'
+def out_of_date():
+    """({path: text} of the files of notebooks/ to write, the notebooks to remove)."""
+    out, numbers = ROOT / OUT, chapters()
+    wanted = {out / path.name:  # in the repository's JSON layout for notebooks
+              json.dumps(reader_copy(path, number), indent=1, ensure_ascii=False) + '\n'
+              for path, number in numbers.items()}
+    wanted[out / 'README.md'] = readme(numbers)
+    stale = {path: text for path, text in wanted.items()
+             if not path.exists() or path.read_text(encoding='utf-8') != text}
+    return stale, sorted(set(out.glob('*.ipynb')) - set(wanted))
 
 
 def main(argv):
-    check = argv == ['--check']
-    if argv and not check:
-        sys.exit('usage: python tools/reader_copies.py [--check]')
-    out = ROOT / OUT
-    numbers = chapters()
+    if argv:
+        sys.exit('usage: python tools/reader_copies.py')
     try:
-        wanted = {out / path.name: dumps(reader_copy(path, number))
-                  for path, number in numbers.items()}
+        stale, extra = out_of_date()
     except Refused as refused:
         sys.exit(f'reader copies: {refused}')
-    wanted[out / 'README.md'] = readme(numbers)
-    stale = [p for p, text in wanted.items()
-             if not p.exists() or p.read_text(encoding='utf-8') != text]
-    extra = sorted(set(out.glob('*.ipynb')) - set(wanted))
-    if check:
-        names = [p.name for p in stale + extra]
-        if names:
-            sys.exit(f'{OUT}/ is stale ({", ".join(names)}): run `make reader-copies`')
-        return
-    out.mkdir(exist_ok=True)
-    for path in stale:
-        path.write_text(wanted[path], encoding='utf-8')
+    (ROOT / OUT).mkdir(exist_ok=True)
+    for path, text in stale.items():
+        path.write_text(text, encoding='utf-8')
     for path in extra:
         path.unlink()
-    print(f'{OUT}/: {len(stale)} written, {len(extra)} removed, '
-          f'{len(wanted) - len(stale)} unchanged')
+    print(f'{OUT}/: {len(stale)} written, {len(extra)} removed')
 
 
 if __name__ == '__main__':

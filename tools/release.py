@@ -1,18 +1,17 @@
 """Tag a release of the helper package: the version in pyproject.toml is the release.
 
 A chapter opened on its own (Colab, a download) installs the package from the tag
-v<version> (its first cell pins the version), and the Colab button opens the reader copy
-at that tag. So every version on main needs its tag, and a tag must keep meaning one
-package. Run at the repository's root, tags fetched:
+v<version>, and the Colab button opens the reader copy at that tag: every version on
+main needs its tag, and a tag must keep meaning one package. Run at the repository's
+root, tags fetched:
 
     python tools/release.py                tag v<version> at HEAD, here only
     python tools/release.py --push origin  ... and push the tag (release.yml, on main)
 
 No tag v<version> yet: tag HEAD (annotated), unless the version is not newer than the
 newest v* tag. The tag exists: fail if the package (book/data_parallel/, or what
-pyproject.toml says pip installs) changed since, as one version would then name two
-packages; else there is nothing to release. One line per outcome: exit status 0
-(tagged, or nothing to do) or 1 (it says why).
+pyproject.toml says pip installs) changed since; else there is nothing to release.
+One line per outcome; exit status 0 (tagged, or nothing to do) or 1 (it says why).
 """
 import re
 import subprocess
@@ -67,12 +66,6 @@ def what_pip_installs(rev):
     return [project.get(key) for key in PROJECT_KEYS], tool.get('setuptools')
 
 
-def package_changed(tag):
-    """Does the package at HEAD differ from the package at tag?"""
-    return bool(git('diff', '--name-only', tag, 'HEAD', '--', PACKAGE)
-                or what_pip_installs(tag) != what_pip_installs('HEAD'))
-
-
 def release(remote=None):
     """Tag (and push) the version of HEAD, or say why not; the line to print."""
     try:
@@ -87,7 +80,8 @@ def release(remote=None):
     tag = f'v{version}'
     tags = git('tag', '--list', 'v*').split()
     if tag in tags:
-        if package_changed(tag):
+        if (git('diff', '--name-only', tag, 'HEAD', '--', PACKAGE)
+                or what_pip_installs(tag) != what_pip_installs('HEAD')):
             raise Failed(f'the package changed since {tag} without a new version: '
                          'bump version in pyproject.toml')
         return f'{tag} is tagged and the package is unchanged: nothing to release'

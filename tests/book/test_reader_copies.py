@@ -6,15 +6,12 @@ import ast
 import builtins
 import json
 import re
-import types
 
 import nbformat
 import pytest
 import yaml
 
-from book._ext import book_html_fixes as fixes
-from tests.chapters import (CHAPTERS, FENCE, NAMES, ROOT, VERSION, code_cells, load,
-                            python, text)
+from tests.chapters import CHAPTERS, FENCE, NAMES, ROOT, load, python, text
 from tools import reader_copies
 
 READER = ROOT / 'notebooks'
@@ -39,23 +36,26 @@ def pair(request):
 
 def test_reader_copies_are_up_to_date():
     """notebooks/ is exactly what tools/reader_copies.py makes of the chapters now."""
-    stale = [c.name for c in CHAPTERS if not (READER / c.name).exists()
-             or (READER / c.name).read_text(encoding='utf-8')
-             != reader_copies.dumps(reader_copies.reader_copy(c))]
-    stale += sorted({p.name for p in READER.glob('*.ipynb')} - set(NAMES))  # extra
-    readme = (READER / 'README.md').read_text(encoding='utf-8')
-    if readme != reader_copies.readme(reader_copies.chapters()):
-        stale.append('README.md')
-    assert not stale, \
-        f'notebooks/ is stale ({stale}): run `make reader-copies` and commit it'
+    assert list(reader_copies.chapters()) == CHAPTERS  # _toc.yml numbers them all
+    stale, extra = reader_copies.out_of_date()
+    names = [path.name for path in [*stale, *extra]]
+    assert not names, f'notebooks/ is stale ({names}): run `make reader-copies`'
+
+
+def listings(nb):
+    """(file, code) of every listing of package code in a notebook's Markdown."""
+    return [found for cell in nb['cells'] if cell['cell_type'] == 'markdown'
+            for found in FENCE.findall(text(cell))]
 
 
 def test_no_myst_a_plain_jupyter_shows_raw(pair):
-    _, copy = pair
+    """No raw MyST; listings stay fenced Python as in the chapter (test_listings.py)."""
+    chapter, copy = pair
     nbformat.validate(nbformat.from_dict(copy))
     raw = [(cell.get('id'), m.group(0)) for cell in copy['cells']
            if cell['cell_type'] == 'markdown' for m in MYST.finditer(text(cell))]
     assert raw == [], f'MyST shown raw in a plain Jupyter: {raw[:5]}'
+    assert listings(copy) == listings(chapter)
 
 
 def glued(nb):
@@ -92,26 +92,12 @@ def test_every_glued_number_is_written_out(pair):
                 assert re.fullmatch(r'[-+]?[\d.,]+(e[-+]\d+)?%?', number), number
             count += 1
     assert count == len(GLUE.findall(json.dumps(chapter)))  # every role was looked at
-    assert not any('papermill' in json.dumps(c.get('outputs', []))
-                   for c in copy['cells'])
 
 
 def test_glue_is_checked_for_real():
     """The chapters glue numbers (65 when issue 24 was filed), in chapters 6-9."""
     roles = {c.name: len(GLUE.findall(json.dumps(load(c)))) for c in CHAPTERS}
     assert sum(roles.values()) >= 60, roles
-
-
-def listings(nb):
-    """(file, code) of every listing of package code in a notebook's Markdown."""
-    return [found for cell in nb['cells'] if cell['cell_type'] == 'markdown'
-            for found in FENCE.findall(text(cell))]
-
-
-def test_listings_are_the_chapters(pair):
-    """Listings stay fenced Python, as in the chapter (test_listings.py checks it)."""
-    chapter, copy = pair
-    assert listings(copy) == listings(chapter)
 
 
 def test_solutions_are_marked_and_collapsed(pair):
@@ -222,38 +208,12 @@ def test_the_tool_refuses_myst_it_does_not_translate():
         == '0.2 and Fig. 2.1'
 
 
-def sphinx_app(**folders):
-    """A stand-in for Sphinx's app: what the book's HTML hooks read of it."""
-    return types.SimpleNamespace(
-        confdir=str(ROOT), config=types.SimpleNamespace(reader_copies=READER.name),
-        builder=types.SimpleNamespace(format='html'), **folders)
-
-
-def test_colab_and_download_buttons_point_to_the_reader_copies():
+def test_the_book_opens_the_copies_the_tool_writes():
+    """The buttons open notebooks/ (test_browser_book_pages.py follows them)."""
     config = yaml.safe_load((ROOT / '_config.yml').read_text(encoding='utf-8'))
     assert config['sphinx']['config']['reader_copies'] == READER.name
     assert READER.name == reader_copies.OUT
     assert READER.name in config['exclude_patterns']  # not a page of the book
-    colab = 'https://colab.research.google.com/github/o/r'
-    context = {'header_buttons': [{'buttons': [
-        {'text': 'Colab', 'url': f'{colab}/blob/main/book/06_training.ipynb'},
-        {'text': 'Binder', 'url': 'https://mybinder.org/x/book/06_training.ipynb'}]}]}
-    fixes._colab_to_reader_copy(sphinx_app(), 'book/06_training', None, context, None)
-    buttons = context['header_buttons'][0]['buttons']
-    # at the tag whose package the copy's first cell installs: main's notebook may need
-    # a newer package than that tag's
-    assert buttons[0]['url'] == f'{colab}/blob/v{VERSION}/notebooks/06_training.ipynb'
-    assert buttons[1]['url'].endswith('/book/06_training.ipynb')  # only Colab's
-    install = code_cells(READER / '06_training.ipynb')[0]
-    assert f"VERSION = '{VERSION}'" in text(install).splitlines()  # and installs it
-
-
-def test_the_download_button_gets_the_stored_reader_copy(tmp_path):
-    source = tmp_path / '_sources' / 'book' / '06_training.ipynb'
-    source.parent.mkdir(parents=True)
-    source.write_text('{"cells": []}')  # what Sphinx copies: the chapter itself
-    fixes._download_reader_copies(sphinx_app(outdir=str(tmp_path)), None)
-    assert source.read_bytes() == (READER / '06_training.ipynb').read_bytes()
 
 
 def test_reader_copies_are_not_collected_as_tests():
@@ -261,5 +221,4 @@ def test_reader_copies_are_not_collected_as_tests():
     ini = (ROOT / 'pytest.ini').read_text()
     assert re.search(r'^testpaths\s*=\s*tests\s*$', ini, re.MULTILINE)
     assert not (READER / 'conftest.py').exists()
-    assert READER.parent == ROOT and 'book' not in READER.parts[len(ROOT.parts):]
 
