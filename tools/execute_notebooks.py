@@ -33,8 +33,7 @@ def read(path):
     """The notebook at path; if it is not one, exit with one line (nothing is run)."""
     try:
         return nbformat.read(path, as_version=4)
-    except Exception as error:  # NotJSONError, or any of several for JSON of another
-        # shape (AttributeError, TypeError, ValidationError, ...): all mean the same
+    except Exception as error:  # NotJSONError, or one of several for other JSON
         reason = str(error).strip().splitlines()[0][:60] if str(error).strip() else ''
         sys.exit(f'{path}: not a Jupyter notebook ({type(error).__name__}: {reason}). '
                  'Pass a .ipynb file saved by Jupyter.')
@@ -59,7 +58,6 @@ def execute(path):
                        resources={'metadata': {'path': str(path.parent)}}).execute()
     except CellExecutionError as error:  # the cell's own error, not a traceback
         sys.exit(f'{path}: not saved, a cell failed with {error.ename}: {error.evalue}')
-    # chapter 10 without a throttled wire glues NaN: the page would read "nan ms"
     missing = glued_nan(nb)
     if missing:
         sys.exit(f'{path}: not saved, {len(missing)} value(s) the text quotes were '

@@ -1,10 +1,7 @@
-"""Draw the book's logo as SVG: four GPU chips whose gradients meet in one sum.
+"""Draw the book's logo as SVG: four GPU chips send their gradients down to an
+all-reduce (a sum sign in a circle), and the sum goes back up to every chip.
 
     python3 tools/make_logo.py book/logo.svg     (or: make logo)
-
-k replicas (the chips) send their gradients down to an all-reduce (the circle with a
-sum sign), and the summed gradient goes back up to every replica.
-tests/book/test_logo.py checks that book/logo.svg is what this script draws.
 """
 import sys
 from pathlib import Path
@@ -51,11 +48,10 @@ def draw():
     body = [f'<rect x="1" y="1" width="{WIDTH - 2}" height="{HEIGHT - 2}" rx="18" '
             f'fill="#f7fafd" stroke="#c9d9ec" stroke-width="2"/>']
     for x in xs:
-        # the gradient of each replica goes down to the sum, slightly left of centre...
+        # each gradient goes down left of centre, the sum comes back up right of it
         body.append(arrow(x - 5, chip_y + 30,
                           sum_x + (x - sum_x) * 0.3 - 5, sum_y - radius - 6,
                           GRAD, 'down'))
-        # ...and the summed gradient comes back up, slightly right of it
         body.append(arrow(sum_x + (x - sum_x) * 0.3 + 5, sum_y - radius - 4,
                           x + 5, chip_y + 33, SYNC, 'up'))
     for x in xs:

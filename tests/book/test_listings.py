@@ -1,9 +1,5 @@
-"""One source of truth for program code shown in a chapter: listings equal the package.
-
-A listing (tests.chapters.FENCE) holds whole top-level definitions of the file it names;
-a MyST `literalinclude` would show raw in Colab and JupyterLab. One that differs fails
-with the package's text to paste in.
-"""
+"""A listing (tests.chapters.FENCE) holds whole top-level definitions of the file it
+names, as the package has them (a MyST `literalinclude` would show raw in Colab)."""
 import ast
 
 import pytest

@@ -1,8 +1,5 @@
-"""One source of truth: every `#@save` cell in a chapter matches the helper package.
-
-Comments and blank lines may differ, code and docstrings may not, except that a chapter
-calls what earlier chapters saved as `dp.name` where the package writes `name`.
-"""
+"""Every `#@save` cell in a chapter matches the helper package: comments and blank lines
+may differ, code and docstrings may not, but a chapter writes `dp.name` for `name`."""
 import ast
 
 import pytest
