@@ -63,8 +63,13 @@ def check_batch(args):
     # cut another's gloo connection short, and that error would end the job's output
     problem = batch_problem(args, int(os.environ.get('WORLD_SIZE', 1)))
     if problem:
-        # rank 0 alone says it: lines of several ranks can interleave on torchrun's stderr
-        raise SystemExit(problem if int(os.environ.get('RANK', 0)) == 0 else 1)
+        stop(problem, int(os.environ.get('RANK', 0)))
+
+
+def stop(problem, rank):
+    """End this process of a job: rank 0 says problem in one line, the others exit 1."""
+    # one rank says it: the lines of several ranks can interleave on torchrun's stderr
+    raise SystemExit(problem if rank == 0 else 1)
 
 
 class JobArgumentError(ValueError):

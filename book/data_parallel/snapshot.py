@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from . import files
+from .cli import stop
 
 FLAGS = ('model', 'batch_size', 'lr', 'seed', 'num_train')  # what the steps depend on
 KEYS = {'model', 'optimizer', 'epoch', 'accuracies', 'epoch_seconds', 'flags'}
@@ -69,7 +70,7 @@ def _shared(value, problem):
     dist.broadcast_object_list(box, src=0)  # also works when only node 0 has the file
     value, problem = box[0]
     if problem:
-        raise SystemExit(problem if dist.get_rank() == 0 else 1)
+        stop(problem, dist.get_rank())
     return value
 
 

@@ -53,7 +53,7 @@ from torch.utils.data import BatchSampler, DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
 from . import data, devices, snapshot
-from .cli import add_batch_size, at_least, check_batch, positive_float
+from .cli import add_batch_size, at_least, check_batch, positive_float, stop
 from .models import build_model
 from .results import print_result
 
@@ -195,7 +195,7 @@ def main(argv=None):
     try:
         train(args)
     except data.DataUnavailableError as error:
-        sys.exit(str(error) if int(os.environ['LOCAL_RANK']) == 0 else 1)
+        stop(str(error), int(os.environ['LOCAL_RANK']))  # each machine's first says it
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from .. import devices
-from ..cli import check_batch
+from ..cli import check_batch, stop
 from ..data import DataUnavailableError
 from ..results import print_result
 
@@ -56,7 +56,7 @@ def rank_0_check(check, *args):
     box = [check(*args) if dist.get_rank() == 0 else None]
     dist.broadcast_object_list(box, src=0)
     if box[0]:
-        raise SystemExit(box[0] if dist.get_rank() == 0 else 1)
+        stop(box[0], dist.get_rank())
 
 
 def global_batches(X, y, batch_size, steps):
@@ -147,6 +147,6 @@ def run_mode(modes, args, example):
         if dist.get_rank() == 0:
             print_result(result)
     except DataUnavailableError as error:
-        raise SystemExit(str(error) if dist.get_rank() == 0 else 1)
+        stop(str(error), dist.get_rank())
     finally:
         dist.destroy_process_group()

@@ -28,7 +28,7 @@ import torch.distributed as dist
 from torch import nn
 
 from .. import collectives, devices, scratch
-from ..cli import add_batch_size, at_least, positive_float
+from ..cli import add_batch_size, at_least, positive_float, stop
 from ..data import TRAIN_SIZE, read_in_job
 from ..models import LeNet
 from ..performance import FlatParams
@@ -54,9 +54,8 @@ def ones_or_exit(n, device, flag):
     fits = torch.tensor([x is not None], dtype=torch.int32, device=device)
     dist.all_reduce(fits, op=dist.ReduceOp.MIN)  # every rank stops, or none does
     if not fits.item():
-        raise SystemExit(f'{flag}: {n * 4 / 1e9:.3g} GB per process do not fit in '
-                         f'the memory of {device}: use a smaller {flag.split()[0]}.'
-                         if dist.get_rank() == 0 else 1)
+        stop(f'{flag}: {n * 4 / 1e9:.3g} GB per process do not fit in the memory of '
+             f'{device}: use a smaller {flag.split()[0]}.', dist.get_rank())
     return x
 
 

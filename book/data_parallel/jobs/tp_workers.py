@@ -31,7 +31,7 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .. import devices, tensor_parallel
-from ..cli import at_least
+from ..cli import at_least, stop
 from .measure import every_rank, rank_0_check, run_mode, timed_steps
 
 
@@ -140,8 +140,8 @@ def cost(args, device):
     k, rank = dist.get_world_size(), dist.get_rank()
     for batch_size in args.batch_sizes:
         if batch_size % k:
-            raise SystemExit(f'--batch-sizes: {batch_size} does not split evenly over '
-                             f'{k} processes: use multiples of {k}.' if rank == 0 else 1)
+            stop(f'--batch-sizes: {batch_size} does not split evenly over {k} '
+                 f'processes: use multiples of {k}.', rank)
     full = block(args.dim, args.seed).to(device)
     record = {'world_size': k, 'backend': dist.get_backend(), 'dim': args.dim,
               'steps': args.steps, 'num_params': sum(p.numel() for p in
