@@ -26,4 +26,3 @@ def site(tmp_path_factory, wheel):
                     '--target', str(target), str(wheel)], check=True, timeout=300)
     assert (target / 'data_parallel' / 'train_ddp.py').exists()
     return target
-

@@ -126,4 +126,3 @@ def test_the_check_finds_keys_glued_on_one_path_only(source, missing):
 def test_text_keys_with_and_without_a_format():
     cells = cells_of(text='{glue:text}`a:.2f`, {glue}`b` and\n:::{glue:figure} c\n')
     assert list(text_keys(cells)) == ['a', 'b', 'c']
-

@@ -221,4 +221,3 @@ def test_reader_copies_are_not_collected_as_tests():
     ini = (ROOT / 'pytest.ini').read_text()
     assert re.search(r'^testpaths\s*=\s*tests\s*$', ini, re.MULTILINE)
     assert not (READER / 'conftest.py').exists()
-

@@ -51,4 +51,3 @@ def test_a_throttled_allreduce_takes_the_time_the_rate_predicts(throttle):
     # the wire paces it: no faster than the rate allows (measured 0.316 s, and 0.006 s
     # unthrottled); how close to the rate it gets on a quiet machine is make speed's
     assert result['seconds']['torch'] / predicted > 0.8, result['seconds']
-

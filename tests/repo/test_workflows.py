@@ -471,4 +471,3 @@ def test_each_check_fails_on_a_broken_copy(name, tmp_path, monkeypatch, capsys):
     mutate(doc)
     with pytest.raises(RAISES[CHECKS[check]]):
         check(doc, tmp_path=tmp_path, monkeypatch=monkeypatch, capsys=capsys)
-
