@@ -92,7 +92,6 @@ def accumulation_difference(args, micro_batches, device):
 
 def measure(args, device):
     """Median step time and bytes sent of each variant, on the same batches."""
-    world_size = dist.get_world_size()
     X, y, _, _ = read_in_job()  # local rank 0 first
     n, warmup = args.accumulate, max(args.warmup, POWERSGD_START)
     micro = local_batches(X, y, args.batch_size, n * (warmup + args.steps), device)
