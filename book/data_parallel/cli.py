@@ -93,8 +93,8 @@ def check_arguments(module, module_args, world_size=None):
     try:
         with contextlib.redirect_stderr(said), contextlib.redirect_stdout(None):
             args = parse_args([str(arg) for arg in module_args])
-    except SystemExit as stop:
-        if stop.code:  # argparse prints usage, then "prog: error: ..." last
+    except SystemExit as exited:
+        if exited.code:  # argparse prints usage, then "prog: error: ..." last
             raise JobArgumentError(said.getvalue().strip().splitlines()[-1]) from None
         # --help (or -h) prints usage and exits 0: in a job every rank would print it
         raise JobArgumentError(f'{module} {" ".join(map(str, module_args))}: --help is '
