@@ -171,8 +171,9 @@ def reader_copy(path, number):
         if 'solution' in cell['metadata'].get('tags', []):
             if solution is None:
                 raise Refused(f'{path.name}: a "solution" cell follows no solution')
-            set_source(cell, f'# @title {solution} {{ display-mode: "form" }}\n'
-                             f'{source(cell)}')
+            if not source(cell).startswith('%%'):  # a cell magic must stay line 1
+                set_source(cell, f'# @title {solution} {{ display-mode: "form" }}\n'
+                                 f'{source(cell)}')
             cell['metadata']['cellView'] = 'form'  # Colab's way to fold it
             cell['metadata']['jupyter'] = {'source_hidden': True,
                                            'outputs_hidden': True}
