@@ -57,11 +57,12 @@ def _check_whole(value, name, least=1, what='a whole number'):
         raise ValueError(f'{name}={value!r}: ask for {what}, at least {least}.')
 
 
-def get_devices(k=None, verbose=True):
+def get_devices(k=None, verbose=True, num_gpus=None):
     """Return k devices: real GPUs when there are enough, else reuse what exists."""
     if k is not None:
         _check_whole(k, 'k', what='a whole number of devices')
-    gpus = [torch.device(f'cuda:{i}') for i in range(torch.cuda.device_count())]
+    num_gpus = torch.cuda.device_count() if num_gpus is None else num_gpus
+    gpus = [torch.device(f'cuda:{i}') for i in range(num_gpus)]
     pool = gpus or [torch.device('cpu')]
     k = len(pool) if k is None else k
     devices = [pool[i % len(pool)] for i in range(k)]

@@ -105,10 +105,11 @@ def evaluate_accuracy(net, data_iter, device):
     return correct.item() / total
 
 
-def train(num_devices, batch_size, lr, num_epochs=10, data=None, params=None):
+def train(num_devices, batch_size, lr, num_epochs=10, data=None, params=None,
+          devices=None):
     """Train LeNet on num_devices devices; return test accuracy per epoch, a Timer."""
     train_iter, test_iter = data or load_fashion_mnist(batch_size)
-    devices = get_devices(num_devices)
+    devices = devices or get_devices(num_devices)  # or those a caller chose
     params = init_lenet_params() if params is None else params  # or resume from them
     device_params = [get_params(params, device) for device in devices]
     timer, accuracies = Timer(), []
