@@ -24,6 +24,7 @@ baseline) computes with one intra-op thread (``use_one_core``). Up to as many de
 there are cores then run in parallel, as GPUs would; more devices than cores are
 oversubscribed (they share cores), and the device line says so.
 """
+import importlib.metadata
 import os
 import time
 
@@ -32,11 +33,12 @@ import torch.distributed as dist
 
 
 def describe_environment():
-    """Print one line: the PyTorch version and the hardware this run uses."""
+    """Print one line: the package's and PyTorch's versions, the hardware used."""
     gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     hardware = (f'{len(gpus)} GPU(s): {", ".join(gpus)}' if gpus
                 else f'no GPU, {os.cpu_count()} CPU cores')
-    print(f'PyTorch {torch.__version__}; {hardware}')
+    print(f'data_parallel {importlib.metadata.version("multigpu-book")}, '
+          f'PyTorch {torch.__version__}; {hardware}')
 
 
 def cpu_cores():

@@ -65,16 +65,23 @@ def test_every_chapter_starts_with_the_same_install_cell_of_this_version():
     assert "f'{url}@v{VERSION}'" in INSTALL, 'it installs the tag v<VERSION>'
 
 
-def run_install_cell(monkeypatch, returncode, stderr=b''):
-    """The install cell with data_parallel missing and pip answering returncode."""
+def run_install_cell(monkeypatch, returncode, stderr=b'', installed=None):
+    """The install cell with pip answering returncode, and data_parallel missing or
+    installed as (version, direct_url.json)."""
     calls = []
 
     def pip(args, **kwargs):
         calls.append(args)
         return subprocess.CompletedProcess(args, returncode, b'', stderr)
-    find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, 'find_spec', lambda name, *a: (
-        None if name == 'data_parallel' else find_spec(name, *a)))
+    if installed is None:
+        find_spec = importlib.util.find_spec
+        monkeypatch.setattr(importlib.util, 'find_spec', lambda name, *a: (
+            None if name == 'data_parallel' else find_spec(name, *a)))
+    else:
+        version, origin = installed
+        package = type('Package', (), {'version': version,
+                                        'read_text': lambda self, name: origin})()
+        monkeypatch.setattr(importlib.metadata, 'distribution', lambda name: package)
     monkeypatch.setattr(subprocess, 'run', pip)
     monkeypatch.delenv('MULTIGPU_BOOK_PACKAGE', raising=False)
     exec(INSTALL, {})
@@ -129,7 +136,22 @@ def test_install_cell_installs_the_pinned_tag(monkeypatch, capsys):
     calls = run_install_cell(monkeypatch, returncode=0)
     assert calls == [[sys.executable, '-m', 'pip', 'install', '-q',
                       f'git+{URL}@v{VERSION}']]
-    assert capsys.readouterr().out.startswith('Installed the helper package')
+    assert capsys.readouterr().out.startswith(
+        f'Installed the helper package data_parallel {VERSION} from')
+
+
+def test_install_cell_replaces_another_version_but_not_a_clones(monkeypatch, capsys):
+    """A venv or Studio Lab keeps what it installed once: a new notebook replaces it;
+    an editable install (make lab, a clone) is the reader's own and stays."""
+    wheel = '{"archive_info": {}, "url": "file:///w.whl"}'
+    calls = run_install_cell(monkeypatch, 0, installed=('0.0.1', wheel))
+    assert calls == [[sys.executable, '-m', 'pip', 'install', '-q',
+                      '--force-reinstall', '--no-deps', f'git+{URL}@v{VERSION}']]
+    assert 'in place of 0.0.1' in capsys.readouterr().out
+    assert run_install_cell(monkeypatch, 0, installed=(VERSION, wheel)) == []
+    clone = '{"dir_info": {"editable": true}, "url": "file:///clone"}'
+    assert run_install_cell(monkeypatch, 0, installed=('0.0.1', clone)) == []
+    assert capsys.readouterr().out == ''
 
 
 @pytest.mark.slow

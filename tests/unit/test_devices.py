@@ -4,6 +4,7 @@ import torch
 
 import data_parallel as dp
 from data_parallel import devices
+from tests.chapters import VERSION
 
 GPU_COUNTS = [0, 1, 2, 4, 8]
 PROCESS_COUNTS = [1, 2, 4, 8]
@@ -129,3 +130,10 @@ def test_a_sweep_never_mixes_gpu_and_cpu_jobs(monkeypatch, capsys, counts, num_g
         assert 'every job here runs on the CPU with gloo' in said
         env['X'] = '1'  # a caller adding to it must not change the policy's constant
         assert dp.CPU_ONLY == {'CUDA_VISIBLE_DEVICES': ''}
+
+
+def test_the_environment_line_names_the_package_version(capsys):
+    """A reader's venv may hold an older package: the first line of a chapter says."""
+    dp.describe_environment()
+    assert capsys.readouterr().out.startswith(
+        f'data_parallel {VERSION}, PyTorch {torch.__version__}; ')
