@@ -46,6 +46,13 @@ def test_stages_run_in_order_in_85_minutes_unless_told_otherwise(tmp_path):
     assert all(line.endswith(' of the 5100 s budget)') for line in times), out
 
 
+def test_ci_speed_0_leaves_make_speed_to_another_job(tmp_path):
+    """ci.yml's CI_SPEED=0: every stage but make speed, which a job of its own runs."""
+    rc, out, targets = ci(tmp_path, budget=600, CI_SPEED='0')
+    assert rc == 0, out
+    assert targets[1:] == ['slurm', 'test', 'mutations', 'browser-check', 'pdf'], out
+
+
 @pytest.mark.slow
 def test_a_stage_past_the_budget_fails_with_one_line(tmp_path):
     start = time.monotonic()
