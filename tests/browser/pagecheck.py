@@ -475,7 +475,7 @@ def toggle_problems(driver, name, button_css, target_css):
 
 
 def menu_problems(driver, name, menu_css):
-    """The menu's button opens it, with every item on screen and clickable."""
+    """The menu's button opens it: every item on screen, clickable, named in words."""
     width = _width(driver)
     load(driver, driver.current_url)           # afresh: no panel left open by a click
     menus = _buttons(driver, menu_css)
@@ -488,9 +488,14 @@ def menu_problems(driver, name, menu_css):
       return items.length > 0 && items.every(a => {
         const r = a.getBoundingClientRect();
         return clickable(a) && r.left >= 0 && r.right <= innerWidth; });"""
-    if _until(driver, js, menus[0], timeout=3):
-        return []
-    return [f'{width}px: the {name} does not open, or its items are off screen']
+    if not _until(driver, js, menus[0], timeout=3):
+        return [f'{width}px: the {name} does not open, or its items are off screen']
+    # an icon alone (a launcher's logo) tells a reader nothing: each item says its name
+    mute = _run(driver, r"""
+      return Array.from(arguments[0].querySelectorAll('a.dropdown-item'))
+        .filter(a => !a.innerText.trim()).map(a => a.getAttribute('href'));""",
+                menus[0])
+    return [f'{width}px: the {name} has an item without words: {h}' for h in mute]
 
 
 def navigation_problems(driver):

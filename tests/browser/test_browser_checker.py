@@ -121,6 +121,8 @@ NAV_DEFECTS = {
     'no-chapter-button': ('no visible chapter-list button', CHAPTERS, ''),
     'menu-off-screen': ('the launch menu does not open, or its items are off screen',
                         '"dropdown-menu"', '"dropdown-menu" style="left: 100vw"'),
+    'icon-only-menu-item': ('the launch menu has an item without words: #c',
+                            '>Colab</a>', '><img src="pixel.svg" alt=""></a>'),
     'two-search-boxes': ('2 search boxes shown', CHAPTERS, CHAPTERS + 2 * (
         '<button class="search-button-field">Search</button>')),
     'wide-element': ('wider than the screen: <div> from 8 to 708 px: "a wide table"',
