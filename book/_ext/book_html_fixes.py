@@ -15,17 +15,25 @@ HTML that the browser check (tests/browser) found in the stock Jupyter Book 1 st
   under -W).
 - The chapters a reader runs outside the book read right (issue 24): the Colab button
   opens the chapter's reader copy, `<reader_copies>/NN_x.ipynb` on GitHub (config value
-  `reader_copies`, set in _config.yml), at the release tag v<version> of pyproject.toml
-  rather than the branch, so that the notebook and the package its first cell installs
-  (that tag too) come from one commit; the download button gives the same copy:
-  after the build, `_sources/book/NN_x.ipynb` is replaced by the stored reader copy
-  (tools/reader_copies.py writes them, make test checks they are current: glued numbers
-  as numbers, solutions as HTML <details>, no MyST a plain Jupyter shows raw).
+  `reader_copies`, set in _config.yml), at the commit the book is built from rather
+  than the branch, so that the notebook in Colab is the one beside the page (its first
+  cell installs the package at the release tag v<version> of pyproject.toml, which
+  tools/release.py keeps equal to the package at that commit). A "Kaggle" button
+  beside it opens the same copy on Kaggle, whose free notebooks have two GPUs. The
+  download button gives the same copy: after the build, `_sources/book/NN_x.ipynb` is
+  replaced by the stored reader copy (tools/reader_copies.py writes them, make test
+  checks they are current: glued numbers as numbers, solutions as HTML <details>, no
+  MyST a plain Jupyter shows raw), and its link gets a `download` attribute, without
+  which a browser shows the notebook's JSON in a tab (the theme's macro takes no
+  attributes, so the written pages are edited).
 - A little CSS (CSS below, served as _static/book_html_fixes.css): inline code may break
   inside a long name rather than make a phone's page scroll sideways; the intro's
   picture (class `hero`) takes the column's width.
 """
+import functools
+import re
 import shutil
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -34,6 +42,12 @@ from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
 SOLUTION_TAG = 'solution'
+KAGGLE = 'https://kaggle.com/kernels/welcome?src='
+# the notebook's install cell needs the Internet, which Kaggle starts with off
+KAGGLE_TIP = 'Launch on Kaggle (in its settings: GPU T4 x2 for two GPUs, Internet on)'
+# a link to a downloadable notebook, not yet told to save it
+DOWNLOAD_LINK = re.compile(
+    r'<a href="([^"]*/_sources/[^"]*?([^"/]+\.ipynb))"(?! download)')
 CSS = """\
 /* book_html_fixes.py: what the browser check (tests/browser) asked for */
 code.literal, code.literal span.pre { white-space: pre-wrap; overflow-wrap: anywhere; }
@@ -97,32 +111,53 @@ def _merge_solutions(app, doctree):
         box.append(cell)
 
 
-def _release_tag(app):
+def _release_tag(confdir):
     """v<version> of pyproject.toml: the tag tools/release.py gives this version.
 
     Read from the file, not importlib.metadata: an editable install keeps the version
     it was installed with until it is reinstalled.
     """
-    text = (Path(app.confdir) / 'pyproject.toml').read_text(encoding='utf-8')
+    text = (Path(confdir) / 'pyproject.toml').read_text(encoding='utf-8')
     return f"v{tomllib.loads(text)['project']['version']}"
 
 
-def _colab_to_reader_copy(app, pagename, templatename, context, doctree):
-    """The Colab button of a chapter opens its reader copy at the release tag."""
+@functools.cache
+def _built_commit(confdir):
+    """The commit the book is built from: what the launch buttons open."""
+    try:
+        top, sha = subprocess.run(
+            ['git', 'rev-parse', '--show-toplevel', 'HEAD'], cwd=confdir, check=True,
+            capture_output=True, text=True).stdout.splitlines()
+    except (OSError, ValueError, subprocess.CalledProcessError):
+        top = sha = None
+    if top and Path(top).resolve() == Path(confdir).resolve():
+        return sha
+    # Not a git checkout of the book (a source archive): the release tag is the one
+    # commit on GitHub known to hold this version's reader copies.
+    return _release_tag(confdir)
+
+
+def _launch_reader_copy(app, pagename, templatename, context, doctree):
+    """Colab, and Kaggle beside it, open the chapter's reader copy at this commit."""
     folder = app.config.reader_copies
     if not folder:
         return
     source = f'/{pagename}.ipynb'
-    reader = f'/blob/{_release_tag(app)}/{folder}/{Path(pagename).name}.ipynb'
+    reader = f'/blob/{_built_commit(app.confdir)}/{folder}/{Path(pagename).name}.ipynb'
+    github = app.config.html_theme_options['repository_url'].rstrip('/')
 
     def walk(buttons):
-        for button in buttons:
+        for button in list(buttons):
             walk(button.get('buttons', []))
             url = button.get('url', '')
             if button.get('text') == 'Colab' and url.endswith(source):
-                # .../github/OWNER/REPO/blob/BRANCH/book/NN_x.ipynb: a new blob/TAG/
+                # .../github/OWNER/REPO/blob/BRANCH/book/NN_x.ipynb: a new blob/SHA/
                 repository = url.removesuffix(source).rpartition('/blob/')[0]
                 button['url'] = repository + reader
+                kaggle = dict(button, text='Kaggle', tooltip=KAGGLE_TIP,
+                              icon='fab fa-kaggle', label='launch-kaggle',
+                              url=KAGGLE + github + reader)
+                buttons.insert(buttons.index(button) + 1, kaggle)
     walk(context.get('header_buttons', []))
 
 
@@ -139,10 +174,22 @@ def _download_reader_copies(app, exception):
                            'make reader-copies writes it')
 
 
+def _save_downloads(app, exception):
+    """Links to a page's notebook save it (a `download` attribute), not show it."""
+    if exception or app.builder.format != 'html':
+        return
+    for page in Path(app.outdir).rglob('*.html'):
+        text = page.read_text(encoding='utf-8')
+        marked = DOWNLOAD_LINK.sub(r'<a href="\1" download="\2"', text)
+        if marked != text:
+            page.write_text(marked, encoding='utf-8')
+
+
 def setup(app):
     app.add_config_value('reader_copies', '', 'html')
-    app.connect('html-page-context', _colab_to_reader_copy, priority=600)
+    app.connect('html-page-context', _launch_reader_copy, priority=600)
     app.connect('build-finished', _download_reader_copies)
+    app.connect('build-finished', _save_downloads)
     # after the other extensions have added their page scripts
     app.connect('html-page-context', _dedupe_scripts, priority=900)
     app.connect('doctree-read', _merge_solutions)

@@ -6,6 +6,7 @@ screenshots go to _build/screenshots/.
 """
 import os
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -21,6 +22,17 @@ SHOTS = BUILD / 'screenshots'
 PLACEHOLDERS = ('My Jupyter Book', 'The Jupyter Book community', 'executablebooks')
 # Pages whose code blocks must fit a phone's screen without scrolling sideways.
 FIT_ON_PHONE = ('book/intro.html',)
+KAGGLE = 'https://kaggle.com/kernels/welcome?src='
+
+
+def built_commit():
+    """The commit the book was built from (Colab opens it); the tag outside git."""
+    git = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=ROOT, capture_output=True,
+                         text=True)
+    if git.returncode == 0:
+        return git.stdout.strip()
+    text = (ROOT / 'pyproject.toml').read_text(encoding='utf-8')
+    return f"v{tomllib.loads(text)['project']['version']}"
 
 
 def config():
@@ -90,14 +102,14 @@ def chapter_problems(driver, rel, nb):
     hrefs = set(driver.execute_script(
         "return Array.from(document.querySelectorAll('a[href]')).map(a => a.href)"))
     src = rel.removesuffix('.html') + '.ipynb'
-    # Colab and the download give the chapter's reader copy (tools/reader_copies.py);
-    # Colab opens it at the release tag, whose package its first cell installs
+    # Colab, Kaggle and the download give the chapter's reader copy
+    # (tools/reader_copies.py); Colab and Kaggle open it at the commit built
     reader = f"{cfg['sphinx']['config']['reader_copies']}/{Path(src).name}"
-    version = tomllib.loads((ROOT / 'pyproject.toml').read_text())['project']['version']
     colab = cfg['launch_buttons']['colab_url'].rstrip('/')
+    blob = f'blob/{built_commit()}/{reader}'
     wanted = {
-        'Colab launch button': f"{colab}/github/{repo.split('github.com/')[1]}/blob/"
-                               f"v{version}/{reader}",
+        'Colab launch button': f"{colab}/github/{repo.split('github.com/')[1]}/{blob}",
+        'Kaggle launch button': f'{KAGGLE}{repo}/{blob}',
         '.ipynb download button': f'_sources/{src}',
         'repository button': repo,
         'issue button': f'{repo}/issues/new',
@@ -105,6 +117,13 @@ def chapter_problems(driver, rel, nb):
     problems += [f'no {what} (a link containing {needle!r})'
                  for what, needle in wanted.items()
                  if not any(needle in href for href in hrefs)]
+    saves = driver.execute_script(r"""
+      return Array.from(document.querySelectorAll('a[href]'))
+        .filter(a => a.href.endsWith(arguments[0]))
+        .map(a => a.getAttribute('download'));""", f'_sources/{src}')
+    if any(name != Path(src).name for name in saves):
+        problems.append(f'a download link shows the notebook in a tab, not saves it: '
+                        f'download={saves}, not {Path(src).name!r}')
     if not (HTML / '_sources' / src).is_file():
         problems.append(f'the download link points to a missing _sources/{src}')
     elif (HTML / '_sources' / src).read_bytes() != (ROOT / reader).read_bytes():
