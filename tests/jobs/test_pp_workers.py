@@ -1,6 +1,9 @@
 """data_parallel.jobs.pp_workers: GPipe and 1F1B stages on real processes against the
 unsplit model, the schedules' tables and activations held, sleeping stages timed, and
-data, tensor and pipeline parallelism side by side. Every job runs on the CPU (gloo)."""
+data, tensor and pipeline parallelism side by side. Every job runs on the CPU (gloo),
+one with a stand-in for NCCL's wait() (nonblocking_wait.py)."""
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -10,6 +13,7 @@ from data_parallel.jobs import pp_workers
 from tests.jobs.helpers import failure, record_of
 
 PP = pp_workers.__name__
+NONBLOCKING_WAIT = Path(__file__).with_name('nonblocking_wait.py')
 
 
 @pytest.mark.slow
@@ -31,6 +35,19 @@ def test_schedules_give_the_unsplit_gradients(p):
         # critical path (m + p - 1)(t_f + t_b) (a busy machine only adds to it)
         assert all(busy >= 4 * 0.015 * 0.99 for busy in r['busy_seconds']), r
         assert r['step_seconds'] >= (4 + p - 1) * 0.015 * 0.98, r
+
+
+@pytest.mark.slow
+def test_the_clock_holds_when_a_receive_does_not_block_the_host():
+    # NCCL's wait() returns before the data arrives: a sleeping stage must still wait
+    # for its input, or the stages sleep side by side and the bubble shrinks (p = 4:
+    # with p = 2, a forward that does not wait is hidden by the backward that does)
+    p = 4
+    for name, r in record_of(NONBLOCKING_WAIT, p, 'schedules')['schedules'].items():
+        share = 1 - sum(r['busy_seconds']) / (p * r['step_seconds'])
+        # chapter 12's check, with its 20 ms forward and 40 ms backward
+        assert r['step_seconds'] >= (4 + p - 1) * 0.060 * 0.98, (name, r)
+        assert share >= pipeline.bubble_fraction(p, 4) - 0.03, (name, share)
 
 
 @pytest.mark.slow

@@ -116,13 +116,22 @@ class Sleep(torch.autograd.Function):
     @staticmethod
     def forward(ctx, X, seconds, log):
         ctx.seconds, ctx.log = seconds, log
+        host_waits_for(X)
         busy(seconds[0], log)
         return X.clone()
 
     @staticmethod
     def backward(ctx, grad):
+        host_waits_for(grad)
         busy(ctx.seconds[1], ctx.log)
         return grad, None, None
+
+
+def host_waits_for(tensor):
+    """Block Python until tensor has arrived: a sleeping stage stands for work on it."""
+    # under NCCL a receive's wait() only makes the GPU's stream wait, not the host
+    if tensor.is_cuda:
+        torch.cuda.current_stream(tensor.device).synchronize()
 
 
 def busy(seconds, log):
