@@ -1,7 +1,7 @@
 """make gpu-check: the book's GPU paths in a few minutes, ending in one summary table.
 
 On a machine with a GPU it runs these steps in turn, each under its own time limit (at
-most 25 minutes in all; not yet timed on a GPU):
+most 30 minutes in all; not yet timed on a GPU):
 
 0. Fashion-MNIST in MULTIGPU_DATA, downloaded when missing (without it pytest would
    quietly skip every test that reads it);
@@ -10,7 +10,10 @@ most 25 minutes in all; not yet timed on a GPU):
 3. chapter 7's DDP job: LeNet for 3 epochs, one process per GPU (NCCL);
 4. ResNet-18 for 2 epochs on one GPU (seconds per epoch);
 5. with 2 GPUs or more: ring and star against dist.all_reduce under NCCL (25 MB, one
-   process per GPU), and their bus bandwidth.
+   process per GPU), and their bus bandwidth;
+6. with 2 GPUs or more, each under NCCL with the checks of its chapter: chapter 11's
+   tensor-parallel check (2 processes), chapter 12's pipeline schedules and chapter 9's
+   sharded training (4 processes with 4 GPUs or more, else 2).
 
 It prints a line per step as it ends, then the summary (GPU, CUDA, driver, compute
 capability, steps, figures), and exits 1 if a step failed. Without a GPU it says so in
@@ -32,7 +35,8 @@ import torch
 
 import data_parallel as dp
 from data_parallel import launch
-from data_parallel.jobs import perf_workers
+from data_parallel.jobs import perf_workers, pp_workers, shard_workers, tp_workers
+from data_parallel.pipeline import bubble_fraction
 
 ROOT = dp.repo_root()
 WIDTH = 88
@@ -187,6 +191,81 @@ def allreduce(world_size):
     return run
 
 
+def nccl_job(module, world_size, args, checks):
+    """A step that runs module's job on world_size GPUs, with its chapter's checks.
+
+    checks(record) gives (passed, what) pairs; the first that failed says why.
+    """
+    def run(timeout):
+        try:
+            record = launch.run(module, world_size, *args, timeout=timeout)
+        except RuntimeError as error:
+            raise StepFailed(str(error).splitlines()[0], str(error)) from None
+        out = json.dumps(record)
+        if record.get('backend') != 'nccl' or record.get('world_size') != world_size:
+            raise StepFailed(f"ran on {record.get('backend')} with world_size "
+                             f"{record.get('world_size')}, not NCCL on {world_size} "
+                             'GPUs', out)
+        failed = [what for passed, what in checks(record) if not passed]
+        if failed:
+            raise StepFailed(failed[0], out)
+        return f'{world_size} GPUs, NCCL, as the chapter checks', {}, out
+    return run
+
+
+def tensor_parallel_checks(r):
+    """Chapter 11's: the split layers equal one device, one collective each way."""
+    conv = r['conv']
+    checks = [(conv['output'] < 1e-6 and conv['tf32'] is False,
+               f"convolution off by {conv['output']:.1e}, TF32 {conv['tf32']}"),
+              (conv['forward'] == {'all_gather': 1}, f"convolution: {conv['forward']}")]
+    for name in ('scratch', 'dtensor'):
+        m = r[name]
+        worst = max(m['output'], m['param_grads'], m['input_grad'])
+        checks += [(worst < 1e-5, f'{name} MLP off by {worst:.1e}'),
+                   (m['forward'] == m['backward'] == {'all_reduce': 1},
+                    f"{name} MLP: {m['forward']}, {m['backward']}")]
+    return checks
+
+
+def pipeline_checks(r):
+    """Chapter 12's: the unsplit gradients, and the sleeping stages' bubble."""
+    p, checks = r['world_size'], []
+    for name, s in r['schedules'].items():
+        share = 1 - sum(s['busy_seconds']) / (p * s['step_seconds'])
+        checks += [(s['max_difference'] < 1e-6,
+                    f"{name}: gradients off by {s['max_difference']:.1e}"),
+                   (min(s['busy_seconds']) >= 4 * 0.060 * 0.99,
+                    f"{name}: a stage slept {min(s['busy_seconds']):.3f} s"),
+                   (s['step_seconds'] >= (4 + p - 1) * 0.060 * 0.98,
+                    f"{name}: step {s['step_seconds']:.3f} s, under the critical path"),
+                   (share >= bubble_fraction(p, 4) - 0.03,
+                    f'{name}: idle share {share:.3f}, under the formula')]
+    return checks
+
+
+def sharded_checks(r):
+    """Chapter 9's: ZeRO and FSDP2 train as DDP does; FSDP2 holds 3N x 4 / k bytes."""
+    fsdp, formula = r['impls']['fsdp'], 3 * r['num_params'] * 4 / r['world_size']
+    held = max(p + o for p, o in zip(fsdp['parameter_bytes'], fsdp['optimizer_bytes']))
+    return [*((i['max_difference'] < 1e-5, f"{n}: {i['max_difference']:.1e} from DDP")
+              for n, i in r['impls'].items()),
+            (abs(held / formula - 1) < 0.10, f'FSDP2 holds {held:,} bytes per process, '
+                                             f'not {formula:,.0f}')]
+
+
+def multi_gpu_steps(num_gpus):
+    """The steps that need 2 GPUs or more."""
+    k = 4 if num_gpus >= 4 else 2  # the chapters' largest job, where the GPUs allow
+    return [Step('allreduce', 'ring vs all_reduce', allreduce(num_gpus), 180),
+            Step('tensor', 'chapter 11 tensor parallel', nccl_job(
+                tp_workers, 2, ['check'], tensor_parallel_checks), 90),
+            Step('pipeline', 'chapter 12 pipelining', nccl_job(
+                pp_workers, k, ['schedules'], pipeline_checks), 90),
+            Step('sharded', 'chapter 9 ZeRO and FSDP2', nccl_job(
+                shard_workers, k, ['train', '--steps', 3], sharded_checks), 120)]
+
+
 def steps_for(num_gpus):
     """The steps for this machine, each with its time limit in seconds."""
     batch = max(num_gpus, 256 // num_gpus * num_gpus)  # ~256 that splits evenly
@@ -200,9 +279,7 @@ def steps_for(num_gpus):
                  'lenet_seconds_per_epoch'), 180),
              Step('resnet18', 'ResNet-18, 2 epochs', ddp_job(
                  resnet, 1, '1 GPU', 'resnet18_seconds_per_epoch'), 300)]
-    if num_gpus >= 2:
-        steps.append(Step('allreduce', 'ring vs all_reduce', allreduce(num_gpus), 180))
-    return steps
+    return steps + (multi_gpu_steps(num_gpus) if num_gpus >= 2 else [])
 
 
 def fit(text, width):
@@ -241,8 +318,8 @@ def summary(info, results, num_gpus):
     rows += [f"{r.step.title:<28}{'pass' if r.ok else 'FAIL':<8}{r.seconds:8.1f}  "
              + r.detail for r in results]  # each row is cut to WIDTH below
     if num_gpus < 2:
-        rows.append(f"{'ring vs all_reduce':<28}{'skip':<8}{'':>8}  "
-                    'needs 2 GPUs or more')
+        rows += [f"{s.title:<28}{'skip':<8}{'':>8}  needs 2 GPUs or more"
+                 for s in multi_gpu_steps(2)]
     rows += [rule,
              f"{'LeNet DDP':<24}" + figure(results, 'lenet_seconds_per_epoch'),
              f"{'ResNet-18':<24}" + figure(results, 'resnet18_seconds_per_epoch'),

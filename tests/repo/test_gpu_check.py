@@ -8,6 +8,7 @@ import time
 import pytest
 
 import data_parallel as dp
+from data_parallel import CPU_ONLY
 from tools import gpu_check
 
 ROOT = dp.repo_root()
@@ -16,7 +17,8 @@ INFO = {'gpus': '2 x NVIDIA H200', 'capability': '9.0', 'torch': '2.14.1+cu130',
 FIGURES = {'ddp': {'lenet_seconds_per_epoch': 1.234},
            'resnet18': {'resnet18_seconds_per_epoch': 12.5},
            'allreduce': {'busbw': {'star': 40e9, 'ring': 90.5e9, 'torch': 180.25e9}}}
-STEPS = ['data', 'unit', 'nbval', 'ddp', 'resnet18', 'allreduce']
+STEPS = ['data', 'unit', 'nbval', 'ddp', 'resnet18', 'allreduce', 'tensor', 'pipeline',
+         'sharded']
 GOOD_RECORD = {'world_size': 2, 'backend': 'nccl', 'devices': ['cuda:0', 'cuda:1'],
                'accuracies': [0.7], 'seconds_per_epoch': 1.5}
 
@@ -48,11 +50,12 @@ def test_no_gpu_ends_it_in_one_line(monkeypatch, capsys):
 
 @pytest.mark.parametrize('num_gpus, failing, code, ran, said', [
     (2, (), 0, STEPS, ['1.23 s/epoch', '12.50 s/epoch', 'torch 180.2 GB/s',
-                       'ring 90.5 GB/s', 'all 6 steps passed']),
-    (1, (), 0, STEPS[:5], ['needs 2 GPUs or more', 'all 5 steps passed']),
+                       'ring 90.5 GB/s', 'all 9 steps passed']),
+    (1, (), 0, STEPS[:5], ['needs 2 GPUs or more', 'chapter 12 pipelining       skip',
+                           'all 5 steps passed']),
     (4, {'nbval', 'resnet18'}, 1, STEPS, [
         'FAIL  nbval, chapters 1-6', 'E   assert 1 == 2', 'xxx...', 'not measured',
-        '2 of 6 steps failed: nbval, chapters 1-6, ResNet-18, 2 epochs',
+        '2 of 9 steps failed: nbval, chapters 1-6, ResNet-18, 2 epochs',
         '1 failed, 9 passed'])],
     ids=['2 GPUs', '1 GPU', 'two fail, every step runs'])
 def test_summary_and_exit_code(monkeypatch, capsys, num_gpus, failing, code, ran, said):
@@ -165,6 +168,46 @@ def test_data_and_unit_steps(monkeypatch):
     assert [argv[-3:] for argv in commands] == [['-m', 'cuda', 'tests']]
 
 
+# a fault each check must catch, and the line that says so
+BROKEN = {'tensor': (lambda r: r['conv'].update(tf32=True), 'TF32 True'),
+          'pipeline': (lambda r: r['schedules']['1f1b'].update(step_seconds=0.25),
+                       'under the critical path'),
+          'sharded': (lambda r: r['impls']['zero'].update(max_difference=1e-3),
+                      'zero: 1.0e-03 from DDP')}
+
+
+def test_parallel_steps_start_the_chapters_jobs_and_want_nccl(monkeypatch):
+    jobs = []
+
+    def run(module, k, *args, timeout):
+        jobs.append((module.__name__.split('.')[-1], k, *args))
+        return {'world_size': k, 'backend': 'gloo'}
+    monkeypatch.setattr(gpu_check.launch, 'run', run)
+    for num_gpus in (2, 4):  # the chapters' 4 processes where the GPUs allow
+        for s in gpu_check.multi_gpu_steps(num_gpus)[1:]:
+            with pytest.raises(gpu_check.StepFailed, match='not NCCL on'):
+                s.run(timeout=60)
+    assert jobs == [job for k in (2, 4) for job in [
+        ('tp_workers', 2, 'check'), ('pp_workers', k, 'schedules'),
+        ('shard_workers', k, 'train', '--steps', 3)]]
+
+
+@pytest.mark.slow  # a real job on the CPU each (the sharded one reads Fashion-MNIST)
+@pytest.mark.parametrize('key', BROKEN)
+def test_parallel_steps_check_what_their_chapters_check(key, monkeypatch, fashion_root):
+    """Each job's record, from gloo here, passes as NCCL's; with a fault, fails."""
+    real_run = gpu_check.launch.run
+    monkeypatch.setattr(gpu_check.launch, 'run', lambda *args, timeout: {
+        **real_run(*args, timeout=timeout, env=CPU_ONLY), 'backend': 'nccl'})
+    detail, _, out = step(key)(timeout=300)  # 2 GPUs
+    assert detail == '2 GPUs, NCCL, as the chapter checks'
+    record, (fault, says) = json.loads(out), BROKEN[key]
+    fault(record)
+    monkeypatch.setattr(gpu_check.launch, 'run', lambda *args, timeout: record)
+    with pytest.raises(gpu_check.StepFailed, match=says):
+        step(key)(timeout=60)
+
+
 @pytest.mark.slow  # collects the whole suite (about 20 s)
 def test_the_cuda_marker_selects_the_tests_of_every_module_with_a_cuda_branch():
     """A package module that branches on CUDA has its unit tests in `-m cuda`."""
@@ -177,5 +220,4 @@ def test_the_cuda_marker_selects_the_tests_of_every_module_with_a_cuda_branch():
     files = {line.split('::')[0] for line in listed.stdout.splitlines() if '::' in line}
     want = {f'tests/unit/test_{name}.py' for name in branching}
     assert want <= files, sorted(want - files)
-    assert 'tests/jobs/test_ddp.py' in files  # DDP on NCCL, one process per GPU
     assert len(files) < 12, files  # the CUDA paths, not the suite
