@@ -85,6 +85,17 @@ def glued_values(nb):
     return values
 
 
+def stored_machine(nb, name):
+    """What ran the stored outputs, as the chapter's dp.describe_environment() said."""
+    for cell in nb['cells']:
+        for out in cell.get('outputs', []):
+            found = re.search(r'; (no GPU, \d+ CPU cores|\d+ GPU\(s\): [^\n]+)',
+                              ''.join(out.get('text', '')))
+            if found:
+                return found.group(1)
+    raise Refused(f'{name}: no stored output of dp.describe_environment()')
+
+
 def figure_name(cell):
     return cell['metadata'].get('mystnb', {}).get('figure', {}).get('name')
 
@@ -186,7 +197,8 @@ def reader_copy(path, number):
             set_source(cells[-1], wrap(text))
     about = (f'> Chapter {number} of *Training on Multiple GPUs* '
              f'([the book]({book_url()})). The numbers in the text are from the stored '
-             'run; yours will differ a little. Solutions are collapsed: click to open. '
+             f'run ({stored_machine(nb, path.name)}); yours will differ, on a GPU by '
+             'far. Solutions are collapsed: click to open. '
              "The book's hidden checks are left out.")
     first = next(c for c in cells if c['cell_type'] == 'markdown')
     about = wrap(about, subsequent_indent='> ')
