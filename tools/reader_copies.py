@@ -12,11 +12,11 @@ code and stored outputs, with the MyST resolved:
 - the `remove-cell` code cells (checks, dp.glue calls) and glue outputs left out, but
   the first cell, which installs the package; a figure's caption in a cell below it;
 - a GPU runtime asked of Colab when the code asks for devices; a line under the title
-  says where the book is and that the numbers are from the stored run.
+  says where the book is and which machine made the stored run's numbers.
 
 Any other MyST in a Markdown cell stops the tool with one line naming the chapter. The
-book's download button and its Colab button (at the release tag v<version>) open these
-copies (book/_ext/book_html_fixes.py); tests/book/test_reader_copies.py checks them.
+book's download, Colab and Kaggle buttons (at the commit the page was built from) open
+these copies (book/_ext/book_html_fixes.py); tests/book/test_reader_copies.py checks them.
 
     python tools/reader_copies.py    write notebooks/ (make reader-copies)
 """

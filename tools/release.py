@@ -1,8 +1,8 @@
 """Tag a release of the helper package: the version in pyproject.toml is the release.
 
-A chapter opened on its own (Colab, a download) installs the package from the tag
-v<version>, and the Colab button opens the reader copy at that tag: every version on
-main needs its tag, and a tag must keep meaning one package. Run at the repository's
+A chapter opened on its own (Colab, Kaggle, a download) installs the package from the
+tag v<version> (the buttons open the reader copy at the commit the page was built from):
+every version on main needs its tag, and a tag must keep meaning one package. Run at the repository's
 root, tags fetched:
 
     python tools/release.py                tag v<version> at HEAD, here only
