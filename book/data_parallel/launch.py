@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 from . import network, processes
 from .cli import JobArgumentError, check_arguments  # noqa: F401 (launch's errors)
 from .paths import DATA_ENV, work_dir
@@ -46,6 +48,13 @@ def torchrun_command(module_args=(), world_size=2, max_restarts=0, module=TRAINE
             f'--nproc-per-node={world_size}', *restarts,
             *([str(script)] if script else ['-m', module]), *map(str, module_args)]
     return env, argv
+
+
+def loopback_interface():
+    """The name of the network interface that holds 127.0.0.1 (lo on Linux, lo0 on
+    macOS): gloo and NCCL bind to an interface by its name."""
+    return next(name for name, addresses in psutil.net_if_addrs().items()
+                if any(a.address == '127.0.0.1' for a in addresses))
 
 
 def multinode_command(node_rank, addr, port, ifname, module_args=(), nnodes=2,

@@ -51,14 +51,15 @@ def test_two_processes_match_one_process_with_the_full_batch(job):
 
 
 def test_two_machines_on_localhost(job):
-    """The chapter's two-node commands (ADDR=127.0.0.1, IFNAME=lo): 2 x 2 processes."""
+    """The chapter's two-node commands (ADDR=127.0.0.1, the loopback): 2 x 2 processes."""
     port = launch.free_port()
     args = ['--epochs', 1, '--num-train', 1024, '--num-test', 200,
             '--snapshot', job / 'two_nodes.pt']  # job's path: the leftover check
-    commands = [launch.multinode_command(node_rank, '127.0.0.1', port, 'lo', args)
+    lo = launch.loopback_interface()  # as the chapter finds it (macOS: lo0)
+    commands = [launch.multinode_command(node_rank, '127.0.0.1', port, lo, args)
                 for node_rank in (0, 1)]
     shown = launch.show_command(*commands[1])
-    assert 'GLOO_SOCKET_IFNAME=lo' in shown
+    assert f'GLOO_SOCKET_IFNAME={lo}' in shown
     assert '--node-rank=1 --rdzv-endpoint=127.0.0.1:' in shown
     node0, node1 = launch.launch(*commands, env=CPU_ONLY, timeout=300)
     assert 'epoch 1: test accuracy' in node0 and node1 == ''  # only global rank 0 logs

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import psutil
@@ -404,3 +405,16 @@ def test_spawned_processes_that_never_end_fail_the_test_in_time(spawn):
     with pytest.raises(pytest.fail.Exception, match='ran past 5 s'):
         spawn(_never_ends, (), 2, timeout=5)
     assert time.monotonic() - start < 60
+
+
+def test_the_loopback_is_found_by_its_address(monkeypatch):
+    """Chapter 7's two "nodes" bind to it: lo on Linux, lo0 on macOS."""
+    def table(*names):
+        def addresses(name):
+            ip = '127.0.0.1' if name.startswith('lo') else '10.0.0.2'
+            return [types.SimpleNamespace(address=ip)]  # psutil's snicaddr, in short
+        return lambda: {name: addresses(name) for name in names}
+    monkeypatch.setattr(psutil, 'net_if_addrs', table('en0', 'lo0'))
+    assert launch.loopback_interface() == 'lo0'
+    monkeypatch.setattr(psutil, 'net_if_addrs', table('eth0', 'lo'))
+    assert launch.loopback_interface() == 'lo'
