@@ -10,7 +10,8 @@
 #                   tests and the chapters' own checks must fail on each, pass without
 #   make browser-check  build the book and check every page in headless Chromium
 #   make pdf        the whole book as one PDF, _build/pdf/book.pdf (headless Chromium)
-#   make gpu-check  on a GPU machine: the CUDA paths, chapters 1-6, the DDP jobs
+#   make gpu-check  on a GPU machine: the CUDA paths, chapters 1-6, the DDP jobs, and
+#                   chapters 9, 11, 12's jobs on NCCL (2 GPUs or more)
 #   make execute    re-run every notebook in place here (refresh the stored outputs)
 #   make lab        JupyterLab on the reader copies, to run the chapters yourself
 #   make reader-copies  rewrite notebooks/, the chapters as Colab and a download give them
