@@ -10,6 +10,9 @@ import time
 
 import torch
 import torch.distributed as dist
+from torch.distributed._functional_collectives import AsyncCollectiveTensor
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.debug import CommDebugMode
 
 from .. import devices
 from ..cli import check_batch, stop
@@ -134,6 +137,44 @@ def optimizer_state_bytes(optimizer):
     local = getattr(optimizer, 'optim', optimizer)  # ZeRO keeps its shard in .optim
     return tensor_bytes([v for state in local.state.values() for v in state.values()
                          if isinstance(v, torch.Tensor)])
+
+
+def local(tensor):
+    """The plain tensor this process holds: a DTensor's shard, a collective's result."""
+    tensor = tensor.to_local() if isinstance(tensor, DTensor) else tensor
+    # an allreduce's result comes wrapped, and every wrapper's data_ptr() is 0
+    return tensor.elem if isinstance(tensor, AsyncCollectiveTensor) else tensor
+
+
+def saved_bytes(step, params):
+    """Run step(); the bytes of distinct non-parameter tensors autograd saved for it."""
+    skip = {local(p).data_ptr() for p in params}
+    seen = {}
+
+    def pack(tensor):
+        held = local(tensor)  # a DTensor wraps its shard: count the shard
+        if held.data_ptr() not in skip:
+            seen[held.data_ptr()] = held.numel() * held.element_size()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        step()
+    return sum(seen.values())
+
+
+def measured(step, params):
+    """Socket bytes written, saved activation bytes, collectives of one step."""
+    step()  # warm-up: gloo's first messages set up its connections
+    dist.barrier()
+    before = socket_bytes_written()
+    with CommDebugMode() as comms:
+        activations = saved_bytes(step, params)
+    after = socket_bytes_written()
+    counts = {str(op).split('.')[-1]: n for op, n in comms.get_comm_counts().items()}
+    return {'socket_bytes': every_rank(None if before is None else after - before),
+            'activation_bytes': every_rank(activations), 'collectives': counts,
+            'parameter_bytes': every_rank(sum(local(p).numel() * local(p).element_size()
+                                              for p in params))}
 
 
 def run_mode(modes, args, example):

@@ -1,16 +1,15 @@
 """Pipeline parallelism under torchrun: one stage per process, GPipe and 1F1B.
 
-One process per stage (the book's policy: NCCL on GPUs, gloo on the CPU):
+One process per stage (the book's policy: NCCL on GPUs, gloo on the CPU), a MODE of
+`schedules` or `splits`:
 
-    torchrun --standalone --nproc-per-node=2 -m data_parallel.jobs.pp_workers schedules
-    torchrun --standalone --nproc-per-node=2 -m data_parallel.jobs.pp_workers splits
+    torchrun --standalone --nproc-per-node=2 -m data_parallel.jobs.pp_workers MODE
 
-`schedules` runs a step of GPipe and 1F1B on a deep MLP split into stages and reports
-for each the largest difference from the unsplit model's gradients, the micro-batches
-held per stage, the schedule's order and, with stages that sleep instead of computing,
-each stage's busy time and the step's length. `splits` runs one small MLP as DDP, tensor
-parallel and GPipe on two processes and reports each process's bytes sent (gloo),
-collectives, and bytes of parameters and saved activations. Rank 0 prints `RESULT`.
+`schedules`: a step of GPipe and 1F1B on a deep MLP split into stages, its largest
+difference from the unsplit model's gradients, micro-batches held, the order and, with
+stages that sleep instead of computing, busy times and the step's length. `splits`: one
+MLP as DDP, tensor parallel and GPipe on two processes, bytes sent (gloo), collectives,
+bytes of parameters and saved activations. Rank 0 prints `RESULT`.
 """
 import argparse
 import time
@@ -19,11 +18,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch.distributed._functional_collectives import AsyncCollectiveTensor
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
-from torch.distributed.tensor import DTensor
-from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
                                                parallelize_module)
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -32,7 +28,7 @@ from .. import devices
 from ..cli import at_least, positive_float
 from ..models import deep_mlp
 from ..pipeline import stage_layers
-from .measure import every_rank, rank_0_check, run_mode, socket_bytes_written
+from .measure import every_rank, measured, rank_0_check, run_mode
 
 SCHEDULES = {'gpipe': ScheduleGPipe, '1f1b': Schedule1F1B}
 
@@ -116,29 +112,27 @@ class Sleep(torch.autograd.Function):
     @staticmethod
     def forward(ctx, X, seconds, log):
         ctx.seconds, ctx.log = seconds, log
-        host_waits_for(X)
-        busy(seconds[0], log)
+        busy(seconds[0], log, X)
         return X.clone()
 
     @staticmethod
     def backward(ctx, grad):
-        host_waits_for(grad)
-        busy(ctx.seconds[1], ctx.log)
+        busy(ctx.seconds[1], ctx.log, grad)
         return grad, None, None
 
 
-def host_waits_for(tensor):
-    """Block Python until tensor has arrived: a sleeping stage stands for work on it."""
-    # under NCCL a receive's wait() only makes the GPU's stream wait, not the host
-    if tensor.is_cuda:
-        torch.cuda.current_stream(tensor.device).synchronize()
-
-
-def busy(seconds, log):
-    """Sleep for seconds and log the interval (a core is free for another stage)."""
+def busy(seconds, log, work):
+    """Once work has arrived, sleep for seconds and log when (the core stays free)."""
+    host_waits_for(work)
     start = time.perf_counter()
     time.sleep(seconds)
     log.append((start, time.perf_counter()))
+
+
+def host_waits_for(tensor):
+    """Under NCCL a receive's wait() holds the GPU's stream, not Python: wait here."""
+    if tensor.is_cuda:
+        torch.cuda.current_stream(tensor.device).synchronize()
 
 
 class Sleeper(nn.Module):
@@ -155,8 +149,7 @@ class Sleeper(nn.Module):
 
 def sleeping_step(args, device, name):
     """(seconds this stage slept, seconds the step took) of one sleeping step."""
-    log = []
-    seconds = (args.forward_ms / 1e3, 2 * args.forward_ms / 1e3)  # t_b = 2 t_f
+    log, seconds = [], (args.forward_ms / 1e3, 2 * args.forward_ms / 1e3)  # t_b = 2 t_f
     stage = Sleeper(seconds, log).to(device)
     batch = (torch.ones(args.micro_batches, 4, device=device),) * 2  # X, target
     loss_fn = lambda output, y: F.mse_loss(output, y) / args.micro_batches
@@ -201,44 +194,6 @@ def pairs_mlp(width, hidden, seed):
     torch.manual_seed(seed)
     pair = lambda: [nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, width)]
     return nn.Sequential(*pair(), *pair())
-
-
-def local(tensor):
-    """The plain tensor this process holds: a DTensor's shard, a collective's result."""
-    tensor = tensor.to_local() if isinstance(tensor, DTensor) else tensor
-    # an allreduce's result comes wrapped, and every wrapper's data_ptr() is 0
-    return tensor.elem if isinstance(tensor, AsyncCollectiveTensor) else tensor
-
-
-def saved_bytes(step, params):
-    """Run step(); the bytes of distinct non-parameter tensors autograd saved for it."""
-    skip = {local(p).data_ptr() for p in params}
-    seen = {}
-
-    def pack(tensor):
-        held = local(tensor)  # a DTensor wraps its shard: count the shard
-        if held.data_ptr() not in skip:
-            seen[held.data_ptr()] = held.numel() * held.element_size()
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        step()
-    return sum(seen.values())
-
-
-def measured(step, params):
-    """Socket bytes written, saved activation bytes, collectives of one step."""
-    step()  # warm-up: gloo's first messages set up its connections
-    dist.barrier()
-    before = socket_bytes_written()
-    with CommDebugMode() as comms:
-        activations = saved_bytes(step, params)
-    after = socket_bytes_written()
-    counts = {str(op).split('.')[-1]: n for op, n in comms.get_comm_counts().items()}
-    return {'socket_bytes': every_rank(None if before is None else after - before),
-            'activation_bytes': every_rank(activations), 'collectives': counts,
-            'parameter_bytes': every_rank(sum(local(p).numel() * local(p).element_size()
-                                              for p in params))}
 
 
 def splits(args, device):
