@@ -1,10 +1,11 @@
 """The book's one device policy, with the GPU count simulated: no GPU is needed."""
+import importlib.metadata
+
 import pytest
 import torch
 
 import data_parallel as dp
 from data_parallel import devices
-from tests.chapters import VERSION
 
 GPU_COUNTS = [0, 1, 2, 4, 8]
 PROCESS_COUNTS = [1, 2, 4, 8]
@@ -136,4 +137,5 @@ def test_the_environment_line_names_the_package_version(capsys):
     """A reader's venv may hold an older package: the first line of a chapter says."""
     dp.describe_environment()
     assert capsys.readouterr().out.startswith(
-        f'data_parallel {VERSION}, PyTorch {torch.__version__}; ')
+        f'data_parallel {importlib.metadata.version("multigpu-book")}, '
+        f'PyTorch {torch.__version__}; ')
