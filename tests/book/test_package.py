@@ -1,7 +1,7 @@
 """The helper package: installed, not put on a path; every chapter runs on its own.
 
 Each chapter's first cell installs the package when it is missing (Colab, a download);
-the slow tests run chapters 1-5 alone, offline, with the wheel installed elsewhere.
+test_reader_runs.py runs reader copies with the package from the wheel alone.
 """
 import importlib.metadata
 import importlib.util
@@ -171,32 +171,6 @@ def test_install_cell_offline_in_a_kernel_prints_one_line(tmp_path, monkeypatch)
     assert len(outputs[0]['traceback']) == 1, outputs[0]['traceback']
     assert 'MULTIGPU_BOOK_PACKAGE' in outputs[0]['traceback'][0]
     assert 'No such file or directory' in outputs[0]['traceback'][0]  # pip's words
-
-
-ALONE = [*CHAPTERS[:5], ROOT / 'notebooks' / CHAPTERS[0].name]  # and a reader copy
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize('notebook', ALONE,
-                         ids=[f'{p.parent.name}/{p.name}' for p in ALONE])
-def test_notebook_runs_alone_in_an_empty_folder(tmp_path, site, fashion_root, notebook):
-    """With the package from the wheel only, not the clone; it leaves no files."""
-    where = nbformat.v4.new_code_cell('import data_parallel as dp\nprint(dp.__file__)')
-    nb = load(notebook)
-    alone = tmp_path / 'alone' / notebook.name
-    alone.parent.mkdir()
-    alone.write_text(json.dumps({**nb, 'cells': nb['cells'] + [where]}))
-    env = {**os.environ, 'PYTHONPATH': str(site), dp.DATA_ENV: str(fashion_root)}
-    result = subprocess.run(
-        [sys.executable, str(ROOT / 'tools' / 'execute_notebooks.py'), str(alone)],
-        env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
-    cells = load(alone)['cells']
-    imported = ''.join(cells[-1]['outputs'][0]['text']).strip()
-    assert imported == str(site / 'data_parallel' / '__init__.py')
-    install = next(c for c in cells if c['cell_type'] == 'code')
-    assert install['outputs'] == [] and 'VERSION' in text(install)  # found: no install
-    assert sorted(p.name for p in alone.parent.iterdir()) == [notebook.name]
 
 
 @pytest.mark.slow
