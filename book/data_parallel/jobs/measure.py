@@ -95,16 +95,29 @@ def timed(fn, device, repeats):
     return statistics.median(times)
 
 
+PROC_IO = '/proc/self/io'
+"""Linux's counters of this process's I/O; other systems have no such file."""
+
+NOT_COUNTED = ("Bytes sent: not measured on this system (they are read from Linux's "
+               '/proc/self/io).')
+"""The one line a chapter prints where the bytes could not be counted."""
+
+
 def socket_bytes_written():
     """Bytes this process has passed to write() and writev() so far (Linux only)."""
     # /proc/self/io's wchar counts every write, sockets included; gloo's TCP transport
     # writes with writev, so the difference over a step is what this rank sent (with
     # NCCL the data moves without such calls, so we report nothing there).
     try:
-        with open('/proc/self/io') as f:
+        with open(PROC_IO) as f:
             return next(int(line.split()[1]) for line in f if line.startswith('wchar'))
     except (OSError, StopIteration):
         return None
+
+
+def counted(*per_rank):
+    """Whether every list of each rank's bytes was counted (None where it was not)."""
+    return all(values is not None and None not in values for values in per_rank)
 
 
 def timed_steps(step, batches, device):
