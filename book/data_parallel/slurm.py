@@ -5,7 +5,8 @@ under /tmp: a socket's path must fit in 108 bytes): munged (the authentication e
 Slurm message carries), slurmctld (the controller that queues and places jobs) and one
 slurmd per node (each starts the job steps of its node). The nodes are named n1, n2, ...
 and all listen on 127.0.0.1, each on its own port (Debian's slurmd is built for several
-per machine: `slurmd -N NAME`). The daemons run as root, as on a real cluster.
+per machine: `slurmd -N NAME`). The daemons run as root, as slurmd does on a real
+cluster (slurmctld runs there as the user SlurmUser names, usually slurm).
 
 Every process of the cluster carries its configuration file in SLURM_CONF: the daemons
 (started with it), slurmstepd (slurmd sets it) and every job (sbatch passes the
@@ -65,7 +66,7 @@ MpiDefault=none
 ReturnToService=2
 JobRequeue=1
 # a job that asks for more than a partition has is refused at once, with one line
-# (without it, the job waits in the queue for ever: Reason=PartitionNodeLimit)
+# (without it, the job waits in the queue for ever: Reason=PartitionConfig here)
 EnforcePartLimits=ALL
 # the scheduler looks at its queue every 2 s (60 s by default): a requeued job soon runs
 SchedulerParameters=sched_interval=2
