@@ -6,8 +6,9 @@
 #   make nbval      the chapters alone, as make test runs them
 #   make speed      what should be fast: the text's speed claims, on a quiet machine
 #   make benchmark  the same tables, printed, failing on nothing
-#   make mutations  plant each bug the book names in a copy (tests/mutations/): the unit
-#                   tests and the chapters' own checks must fail on each, pass without
+#   make mutations  plant each bug the book names in a copy (tests/mutations/): its unit
+#                   tests or, if they miss it, its chapters' checks must fail, and pass
+#                   without it
 #   make browser-check  build the book and check every page in headless Chromium
 #   make pdf        the whole book as one PDF, _build/pdf/book.pdf (headless Chromium)
 #   make gpu-check  on a GPU machine: the CUDA paths, chapters 1-6, the DDP jobs, and

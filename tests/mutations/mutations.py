@@ -2,7 +2,9 @@
 
 A mutation replaces text exactly once in a package module and in the #@save cell that
 mirrors it, in a copy of book/ and tests/ whose package goes first on PYTHONPATH. Each
-copy runs its unit tests and chapters' checks; the unmutated copy is the control.
+copy runs its unit tests, then its chapters' checks, until one fails: make test would
+catch the bug there. The unmutated copy, the control, then runs each check that caught
+one, and must pass it.
 """
 import functools
 import json
@@ -334,14 +336,15 @@ def selection(mutation):
             for chapter in mutation.chapters}
 
 
-def control_copies():
-    """Selections ({chapter: group}) that hold every one a mutation runs, in few copies.
+def control_copies(pairs=None):
+    """Selections ({chapter: group}) that hold every pair, by default every one a
+    mutation runs, in few copies.
 
     (A narrow group may lack a cell it needs: then it fails mutated or not.)
     """
     copies = []
-    for chapter, group in sorted({pair for mutation in MUTATIONS
-                                  for pair in selection(mutation).items()}):
+    for chapter, group in sorted(pairs if pairs is not None else {
+            pair for mutation in MUTATIONS for pair in selection(mutation).items()}):
         free = next((copy for copy in copies if chapter not in copy), None)
         if free is None:
             copies.append(free := {})
@@ -437,10 +440,15 @@ def pytest_run(root, args, place, stop_first):
     return Outcome(place, done.returncode == 1, failures, seconds)
 
 
+def place(chapter, group):
+    """How a chapter's selection is named in the matrix."""
+    return f'{group} of {chapter[:-6]}'
+
+
 def run_chapter(root, chapter, group, origins, stop_first):
     """nbval on the chapter's selection; failures named by the original cell index."""
-    outcome = pytest_run(root, [*NBVAL, f'book/{chapter}'],
-                         f'{group} of {chapter[:-6]}', stop_first)
+    outcome = pytest_run(root, [*NBVAL, f'book/{chapter}'], place(chapter, group),
+                         stop_first)
     named = []
     for test, message in outcome.failures:
         number = int(test.rsplit(' ', 1)[-1])  # nbval names items 'Cell <n>', code only
@@ -452,24 +460,40 @@ def run_chapter(root, chapter, group, origins, stop_first):
     return outcome
 
 
-def tasks(folder, mutation=None, unit=(), groups=None):
-    """(label, call) of each check of one copy: unit tests, each chapter's selection.
+def checks(root, unit, groups, origins, stop_first):
+    """The calls that run a copy's checks: its unit tests, each chapter's selection."""
+    found = [functools.partial(pytest_run, root, list(unit), 'unit tests',
+                               stop_first)] if unit else []
+    return found + [functools.partial(run_chapter, root, chapter, group,
+                                      origins[chapter], stop_first)
+                    for chapter, group in groups.items()]
 
-    A control copy (no mutation) runs the unit tests and groups given; a mutated copy
-    its own, each stopped at its first failure (-x).
+
+def until_caught(calls):
+    """Outcomes of calls in turn, up to the first that failed."""
+    done = []
+    for call in calls:
+        done.append(call())
+        if done[-1].failed:
+            break
+    return done
+
+
+def tasks(folder, mutation=None, unit=(), groups=None):
+    """(label, call) of one copy's checks; each call returns a list of Outcomes.
+
+    A control copy (no mutation) runs the unit tests and groups given, each its own
+    call; a mutated copy its own, in one call, each stopped at its first failure (-x),
+    the chapters only if the unit tests missed the bug.
     """
     if mutation is not None:
         unit, groups = mutation.unit, selection(mutation)
     root = make_copy(folder, mutation)
-    origins = write_chapters(root, groups, mutation)
-    stop_first = mutation is not None
-    label = mutation.name if mutation else 'control'
-    found = [(label, functools.partial(pytest_run, root, list(unit), 'unit tests',
-                                       stop_first))] if unit else []
-    for chapter, group in groups.items():
-        found.append((label, functools.partial(run_chapter, root, chapter, group,
-                                               origins[chapter], stop_first)))
-    return found
+    calls = checks(root, unit, groups, write_chapters(root, groups, mutation),
+                   stop_first=mutation is not None)
+    if mutation is not None:
+        return [(mutation.name, functools.partial(until_caught, calls))]
+    return [('control', lambda call=call: [call()]) for call in calls]
 
 
 def run_all(all_tasks, workers=2, report=lambda label, outcome: None):
@@ -478,9 +502,10 @@ def run_all(all_tasks, workers=2, report=lambda label, outcome: None):
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         running = {pool.submit(call): label for label, call in all_tasks}
         for future in as_completed(running):
-            label, outcome = running[future], future.result()
-            outcomes[label, outcome.place] = outcome
-            report(label, outcome)  # as each ends
+            label = running[future]
+            for outcome in future.result():
+                outcomes[label, outcome.place] = outcome
+                report(label, outcome)  # as each ends
     return outcomes
 
 
