@@ -5,8 +5,9 @@ import tomllib
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
-from tests.repo.helpers import ROOT
+from tests.repo.helpers import ROOT, load
 
 PROJECT = tomllib.loads((ROOT / 'pyproject.toml').read_text())['project']
 
@@ -30,12 +31,26 @@ def test_python_floor_is_the_makefiles_check():
     assert floor(PROJECT['requires-python']) == tuple(map(int, check.groups()))
 
 
-def test_torch_floor_has_the_public_fully_shard():
-    """FSDP2's fully_shard is public in torch.distributed.fsdp from torch 2.6."""
-    sources = '\n'.join(path.read_text()
-                        for path in (ROOT / 'book' / 'data_parallel').rglob('*.py'))
-    if 'from torch.distributed.fsdp import fully_shard' in sources:
-        assert floor(str(dependency('torch').specifier)) >= (2, 6)
+def test_torch_floor_runs_what_the_jobs_use_on_cpu():
+    """Each of these uses fails on the CPU with a torch older than its floor."""
+    jobs = ROOT / 'book' / 'data_parallel' / 'jobs'
+    shard, pipeline = (jobs / name for name in ('shard_workers.py', 'pp_workers.py'))
+    torch_floor = floor(str(dependency('torch').specifier))
+    if 'fully_shard' in shard.read_text():
+        assert torch_floor >= (2, 7)  # 2.6's CPU stream has no record_event
+    if 'pipeline_order' in pipeline.read_text():
+        assert torch_floor >= (2, 8)  # 2.7's single-stage schedules have none
+    if ('measured(pp_step' in pipeline.read_text()  # a pipeline step counted by
+            and 'CommDebugMode()' in (jobs / 'measure.py').read_text()):  # its mode
+        assert torch_floor >= (2, 14)  # before, it fails on a module run twice
+
+
+def test_the_floors_are_what_the_job_torch_floor_installs():
+    """ci.yml runs the reader copies on exactly the oldest torch that pip accepts."""
+    env = load('ci.yml')['jobs']['torch-floor']['env']
+    for name in ('torch', 'torchvision'):
+        bound = str(dependency(name).specifier).removeprefix('>=')
+        assert Version(env[name.upper()]) == Version(bound), (name, env, bound)
 
 
 def test_torchvision_floor_is_the_release_made_with_the_torch_floor():
