@@ -4,6 +4,7 @@ Every function runs inside a torchrun worker whose process group is set up
 (``devices.setup``); ``world_size`` is the number of processes, and ``batch_size`` the
 global minibatch that the processes split evenly.
 """
+import contextlib
 import os
 import statistics
 import time
@@ -175,15 +176,17 @@ def saved_bytes(step, params):
     return sum(seen.values())
 
 
-def measured(step, params):
-    """Socket bytes written, saved activation bytes, collectives of one step."""
+def measured(step, params, count=True):
+    """Socket bytes written, saved activation bytes, collectives of one step (None
+    unless count)."""
     step()  # warm-up: gloo's first messages set up its connections
     dist.barrier()
     before = socket_bytes_written()
-    with CommDebugMode() as comms:
+    with CommDebugMode() if count else contextlib.nullcontext() as comms:
         activations = saved_bytes(step, params)
     after = socket_bytes_written()
-    counts = {str(op).split('.')[-1]: n for op, n in comms.get_comm_counts().items()}
+    counts = None if not count else {
+        str(op).split('.')[-1]: n for op, n in comms.get_comm_counts().items()}
     return {'socket_bytes': every_rank(None if before is None else after - before),
             'activation_bytes': every_rank(activations), 'collectives': counts,
             'parameter_bytes': every_rank(sum(local(p).numel() * local(p).element_size()
