@@ -155,7 +155,8 @@ def test_rehearsal_a_tag_reaches_a_reader(repo, tmp_path):
                   if (ROOT / name).is_file()})
     github = tmp_path / 'origin.git'
     # release.yml's step, with only the committer its env names
-    committer = find_step(load('release.yml'), 'run', 'tools/release.py')['env']
+    committer = find_step(load('release.yml'), 'run', 'tools/release.py',
+                          job='tag')['env']
     env = {k: v for k, v in {**GIT_ENV, **committer}.items() if 'AUTHOR' not in k}
     version = chapters.VERSION
     assert run(repo, '--push', 'origin', env=env) == (0, PUSHED.format(f'v{version}'))
@@ -184,8 +185,8 @@ def test_rehearsal_a_tag_reaches_a_reader(repo, tmp_path):
     before, installed, after, pinned = done.stdout.splitlines()
     assert before == '[False, True] []'
     assert after == f"[True, True] ['{version}']"  # the tag's version, not main's
-    assert installed == (f'Installed the helper package data_parallel from git+{GITHUB}'
-                         f'@v{version}.')
+    assert installed == (f'Installed the helper package data_parallel {version} from '
+                         f'git+{GITHUB}@v{version}.')
     pinned, file = pinned.split()
     assert pinned == version and Path(file).is_relative_to(site), file  # not a clone
     assert not (site / 'torch').exists()  # pip took torch as installed
