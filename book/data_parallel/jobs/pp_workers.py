@@ -32,7 +32,7 @@ from .measure import every_rank, measured, rank_0_check, run_mode
 
 SCHEDULES = {'gpipe': ScheduleGPipe, '1f1b': Schedule1F1B}
 # Before torch 2.14 CommDebugMode fails on a module run twice, as a pipeline stage runs
-# once per micro-batch (pytorch/pytorch#191452): there the pipeline's go uncounted
+# once per micro-batch (pytorch/pytorch#191452): there its collectives go uncounted
 COUNTS_PIPELINES = torch.__version__ >= '2.14'
 
 
