@@ -1,4 +1,5 @@
 """.ci/run's stages and budget, a stand-in make on PATH; make's setup and test plans."""
+import json
 import os
 import subprocess
 import sys
@@ -119,36 +120,46 @@ def test_every_chapter_runs_once_and_chapter_7_after_chapter_6(target, make_env)
     assert '--dist loadfile' in ' '.join(run), plan  # conftest.py's scheduler
 
 
-# The unit of work (scope) xdist's scheduler gives each test and cell, under make test's
-# options: one worker runs a scope's items, in the order collected.
-SCOPES = '''
-import sys
-from _pytest.config import _prepareconfig
-from xdist.remote import Producer
-config = _prepareconfig(['--tx', '2*popen', '--dist', 'loadfile', 'book'])
-scheduler = config.hook.pytest_xdist_make_scheduler(config=config, log=Producer('t'))
-for nodeid in sys.argv[1:]:
-    print(nodeid, '->', scheduler._split_scope(nodeid))
-# the first unit of work a worker gets, of two files queued before chapter 6
-sent, ids = [], sys.argv[1:]
-node = type('Node', (),
-            {'send_runtest_some': lambda self, indexes: sent.extend(indexes)})()
-scheduler.registered_collections = {node: ids}
-for nodeid in ids[2:] + ids[:1]:
-    scheduler.workqueue[scheduler._split_scope(nodeid)] = {nodeid: False}
-scheduler._assign_work_unit(node)
-print('first:', *[ids[i] for i in sent])
-'''
+# Stand-ins for make test's files, each writing its name and its worker to a log: the
+# root conftest.py's scheduler, under make test's options, decides who runs what, when
+NOTEBOOK = {'cells': [{'cell_type': 'code', 'execution_count': None, 'metadata': {},
+                       'outputs': [], 'source': ''}],
+            'metadata': {}, 'nbformat': 4, 'nbformat_minor': 5}
+LOG_LINE = "import os; open(os.environ['UNITS_LOG'], 'a').write(" \
+           "os.environ['PYTEST_XDIST_WORKER'] + ' {}\\n')"
+READER_RUNS = f"""import pytest
+@pytest.mark.parametrize('n', ['01', '07', '12'])
+def test_copy(n):
+    {LOG_LINE.format("r' + n + '")}
+"""
 
 
-def test_chapter_6_starts_first_chapter_7_shares_its_worker_other_files_their_own():
-    six, seven = 'book/06_training.ipynb', 'book/07_distributed_data_parallel.ipynb'
-    one, unit = 'book/01_splitting_the_problem.ipynb', 'tests/unit/test_devices.py'
-    ids = [f'{six}::Cell 9', f'{seven}::Cell 6', f'{one}::Cell 0', f'{unit}::t[2]']
-    done = subprocess.run([sys.executable, '-c', SCOPES, *ids], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+@pytest.mark.slow  # three workers, three kernels: about 15 s
+def test_chapter_7_follows_6_on_its_worker_the_long_units_start_first(tmp_path,
+                                                                     make_env):
+    (tmp_path / 'conftest.py').write_text((ROOT / 'conftest.py').read_text())
+    for name in ('01_splitting_the_problem', '06_training',
+                 '07_distributed_data_parallel'):
+        cell = LOG_LINE.format(name[:2])
+        notebook = {**NOTEBOOK, 'cells': [{**NOTEBOOK['cells'][0], 'source': cell}]}
+        (tmp_path / 'book').mkdir(exist_ok=True)
+        (tmp_path / 'book' / f'{name}.ipynb').write_text(json.dumps(notebook))
+    (tmp_path / 'tests' / 'book').mkdir(parents=True)
+    (tmp_path / 'tests' / 'book' / 'test_reader_runs.py').write_text(READER_RUNS)
+    plan = make_plan(make_env, 'test', 'JOBS=3')
+    options = plan.split(' -n 3 ')[1].split(' --nbval ')[0].split()  # make test's
+    log = tmp_path / 'units.log'
+    done = subprocess.run(
+        [sys.executable, '-m', 'pytest', '-n', '3', *options, '--nbval',
+         '--nbval-current-env', '-p', 'no:cacheprovider', 'tests', 'book'],
+        cwd=tmp_path, env={**os.environ, 'UNITS_LOG': str(log)},
+        capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.splitlines() == [
-        f'{six}::Cell 9 -> {six}', f'{seven}::Cell 6 -> {six}',
-        f'{one}::Cell 0 -> {one}', f'{unit}::t[2] -> {unit}',
-        f'first: {six}::Cell 9'], done.stdout
+    runs = {}
+    for line in log.read_text().splitlines():
+        worker, name = line.split()
+        runs.setdefault(worker, []).append(name)
+    # the longest chains first, one per worker; 7 after 6 on 6's worker
+    assert sorted(names[0] for names in runs.values()) == ['06', 'r07', 'r12'], runs
+    six, = [names for names in runs.values() if '06' in names]
+    assert six.index('07') == six.index('06') + 1, runs
