@@ -4,9 +4,9 @@ Slurm's own daemons run in a folder of their own (their Unix sockets in a short 
 under /tmp: a socket's path must fit in 108 bytes): munged (the authentication every
 Slurm message carries), slurmctld (the controller that queues and places jobs) and one
 slurmd per node (each starts the job steps of its node). The nodes are named n1, n2, ...
-and all listen on 127.0.0.1, each on its own port (Debian's slurmd is built for several
-per machine: `slurmd -N NAME`). The daemons run as root, as slurmd does on a real
-cluster (slurmctld runs there as the user SlurmUser names, usually slurm).
+and all listen on 127.0.0.1 only, each on its own port (Debian's slurmd is built for
+several per machine: `slurmd -N NAME`). The daemons run as root, as slurmd does on a
+real cluster (slurmctld runs there as the user SlurmUser names, usually slurm).
 
 Every process of the cluster carries its configuration file in SLURM_CONF: the daemons
 (started with it), slurmstepd (slurmd sets it) and every job (sbatch passes the
@@ -34,6 +34,7 @@ from .paths import DATA_ENV
 TOOLS = ('munged', 'slurmctld', 'slurmd', 'sbatch', 'srun', 'squeue', 'sinfo',
          'scontrol', 'scancel')
 PARTITION = 'book'
+FAILED = ('FAILED', 'CANCELLED', 'TIMEOUT', 'NODE_FAIL', 'OUT_OF_MEMORY')  # job states
 # the DDP program as a batch job: what a reader copies to a real cluster
 BATCH_SCRIPT = Path(__file__).with_name('train_ddp.sbatch')
 
@@ -42,6 +43,8 @@ ClusterName=book
 SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={ctld_port}
 AuthType=auth/munge
+# the daemons bind their own address (127.0.0.1), not every address (the default)
+CommunicationParameters=NoCtldInAddrAny,NoInAddrAny
 # cred_expire: a requeued job waits this long plus 1 s before it runs again; the
 # default, 120 s, holds a real cluster's preempted job back for two minutes. A job step
 # must start within it, so it is not cut to the bone: 10 s leaves a busy machine room
@@ -157,12 +160,24 @@ class LocalCluster:
         """Wait until the job is in state; its number of restarts so far."""
         deadline = time.monotonic() + timeout
         while (now := self._job(job))['JobState'] != state:
-            ended = now['JobState'] in ('FAILED', 'CANCELLED', 'TIMEOUT', 'NODE_FAIL')
+            ended = now['JobState'] in FAILED
             if ended or 'held' in now['Reason'] or time.monotonic() > deadline:
                 raise RuntimeError(f"job {job} is {now['JobState']} ({now['Reason']}), "
                                    f"not {state}: see its output file")
             time.sleep(0.1)
         return int(now['Restarts'])
+
+    def wait_for_file(self, job, path, timeout=600):
+        """Wait until the job has written path; one line if it ended without it."""
+        deadline, path = time.monotonic() + timeout, Path(path)
+        # the state before the file: a job that wrote it and then ended has it
+        while (now := self._job(job)) and not path.exists():
+            if now['JobState'] in ('COMPLETED', *FAILED) or time.monotonic() > deadline:
+                log = Path(now['StdOut'])
+                log = (log.read_text().splitlines() if log.exists() else []) or ['']
+                raise RuntimeError(f"job {job} is {now['JobState']} without "
+                                   f'{path.name}; its log ends: {log[-1]}')
+            time.sleep(0.1)
 
     def start(self, timeout=60):
         """Write the configuration, start the daemons, wait until every node is idle."""
@@ -203,6 +218,7 @@ class LocalCluster:
         atexit.register(self.stop)
         try:
             self.wait_idle(timeout)
+            self._trust_munge()
         except BaseException:
             self.stop()
             raise
@@ -213,6 +229,12 @@ class LocalCluster:
             self.daemons.append((argv[0], subprocess.Popen(
                 processes.guarded(argv), env=self.env, stdout=out,
                 stderr=subprocess.STDOUT, start_new_session=True)))
+
+    def _trust_munge(self):
+        """Fail on munged's warnings: --force is for its private socket folder only."""
+        if said := [line for line in self._output(0).read_text().splitlines()
+                    if 'Warning:' in line and 'Socket is inaccessible' not in line]:
+            raise RuntimeError(f'{said[0]}: use a folder only root can change')
 
     def wait_idle(self, timeout):
         """Wait until sinfo shows every node idle; else say what the logs say."""
@@ -261,8 +283,7 @@ class LocalCluster:
             deadline = time.monotonic() + grace
             while set(self.members()) - daemons and time.monotonic() < deadline:
                 time.sleep(0.1)  # the jobs' steps end and report to slurmd
-        # one at a time, the slurmd's first, munged last:
-        # all at once, they wait on each other
+        # one by one, slurmd's first, munged last: all at once, they wait on each other
         for _, p in reversed(self.daemons):
             if not processes.ended(p):
                 os.kill(p.pid, signal.SIGTERM)

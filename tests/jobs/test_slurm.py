@@ -4,6 +4,7 @@ cluster trains torchrun's weights, also after a requeue, chapter 13 checks (its 
 cells, by nbval). Skipped where no local cluster can start (not Linux, not root, SLURM
 not installed: `make slurm`)."""
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -91,6 +92,47 @@ def test_a_rendezvous_port_already_taken_is_one_line(cluster, tmp_path):
     log = (tmp_path / f'train-ddp-{job}.out').read_text().splitlines()
     assert log[1:] == [f'port {port} on n1 is taken, and the rendezvous needs it: '
                        'submit the job again'], log
+
+
+def test_waiting_for_a_file_ends_when_the_job_fails_before_it(cluster, tmp_path):
+    """Chapter 13 requeues after the first snapshot: a job that fails before it ends
+    the wait in one line, its state and its log's last line (not a wait for ever)."""
+    job = cluster.run('sbatch', '--parsable', f'--chdir={tmp_path}', '--hold',
+                      str(SCRIPT), '--snapshot', 'lenet.pt')
+    port = 20000 + int(job) % 12000  # taken: the job fails before its first epoch
+    with socket.create_server(('127.0.0.1', port)):
+        cluster.run('scontrol', 'release', job)
+        start = time.monotonic()
+        with pytest.raises(RuntimeError) as error:
+            cluster.wait_for_file(job, tmp_path / 'lenet.pt', timeout=120)
+    assert time.monotonic() - start < 60  # the job's end, not the time limit
+    assert str(error.value) == (f'job {job} is FAILED without lenet.pt; its log ends: '
+                                f'port {port} on n1 is taken, and the rendezvous '
+                                'needs it: submit the job again')
+
+
+def test_the_daemons_listen_on_127_0_0_1_only(cluster):
+    """They run as root: no port of theirs is open to the machine's networks."""
+    if shutil.which('ss') is None:
+        pytest.skip('ss (iproute2) is not installed')
+    pids = [f'pid={pid},' for pid in cluster.members()]
+    listening = subprocess.run(['ss', '-ltnpH'], capture_output=True, text=True,
+                               check=True).stdout.splitlines()
+    addresses = [line.split()[3] for line in listening
+                 if any(pid in line for pid in pids)]
+    assert len(addresses) == 3, listening  # slurmctld and the two slurmd
+    assert all(a.startswith('127.0.0.1:') for a in addresses), addresses
+
+
+def test_munged_refuses_a_key_that_others_could_swap(tmp_path):
+    """--force is for munge's private socket folder only: a cluster folder in one that
+    others may write to (no sticky bit) does not start."""
+    shared = tmp_path / 'shared'
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(RuntimeError, match='munged: Warning: .* insecure: .*only root'):
+        local_cluster(shared / 'slurm')
+    assert not (shared / 'slurm').exists()
 
 
 def test_more_nodes_than_the_partition_has_is_one_line(cluster, tmp_path):
