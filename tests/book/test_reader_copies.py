@@ -234,8 +234,9 @@ def test_reader_copies_are_not_collected_as_tests():
 def test_the_note_under_the_title_names_the_machine_of_the_stored_run(pair):
     """Its numbers are a 2-core CPU's: a reader on a GPU must not expect them."""
     chapter, copy = pair
+    line = r'^(?:data_parallel \S+, )?PyTorch \S+; (.+)$'  # describe_environment's
     said = [m.group(1) for cell in chapter['cells'] for out in cell.get('outputs', [])
-            for m in [re.search(r'^PyTorch \S+; (.+)$', ''.join(out.get('text', '')),
-                                re.MULTILINE)] if m]
+            for m in [re.search(line, ''.join(out.get('text', '')), re.MULTILINE)]
+            if m]
     assert said and f'from the stored run ({said[0]})' in ' '.join(
         text(copy['cells'][0]).split()).replace('> ', '')
