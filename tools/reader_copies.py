@@ -25,6 +25,7 @@ import json
 import re
 import sys
 import textwrap
+import tomllib
 from urllib.parse import urlparse
 
 import yaml
@@ -43,6 +44,9 @@ ADMONITION = re.compile(r'^:::\{admonition\} *([^\n]*)\n'   # title
                         r'(.*?)\n?^:::[ \t]*$', re.MULTILINE | re.DOTALL)
 # code that runs on GPUs when there are some: the device policy, or chapter 6's train
 GPU_CODE = re.compile(r'\bdp\.(?:get_devices|train)\(')
+# the install cell's pin, as the chapter's JSON holds it: this tool writes it from
+# pyproject.toml, so that a release is one edit there (the cell installs tag v<VERSION>)
+PIN = re.compile(r'"VERSION = \'[^\'"]*\'\\n"')
 LEFT_OVER = re.compile(r'\{[\w:-]+\}`|^ *(?:```+|:::+) *\{|^:::|^:\w+:|^\(\S+\)=\s*$',
                        re.MULTILINE)
 
@@ -157,9 +161,24 @@ def translate(text, glued, figures, name):
     return text
 
 
-def reader_copy(path, number):
-    """The reader copy of chapter number at path (a notebook dict)."""
-    nb = json.loads(path.read_text(encoding='utf-8'))
+def version():
+    """The package's version, pyproject.toml's."""
+    pyproject = (ROOT / 'pyproject.toml').read_text(encoding='utf-8')
+    return tomllib.loads(pyproject)['project']['version']
+
+
+def pinned(text, name, version):
+    """A chapter's JSON text with its install cell's VERSION set to version."""
+    text, count = PIN.subn(f'"VERSION = \'{version}\'\\\\n"', text)
+    if count != 1:
+        raise Refused(f'{name}: {count} lines `VERSION = ...` (the install cell has '
+                      'one); copy the install cell from another chapter')
+    return text
+
+
+def reader_copy(path, number, text):
+    """The reader copy of chapter number at path, whose JSON is text (a notebook dict)."""
+    nb = json.loads(text)
     glued = glued_values(nb)
     named = [figure_name(c) for c in nb['cells'] if figure_name(c)]
     figures = {fig: f'{number}.{i}' for i, fig in enumerate(named, start=1)}
@@ -225,11 +244,15 @@ def readme(numbers):
 
 
 def out_of_date():
-    """({path: text} of the files of notebooks/ to write, the notebooks to remove)."""
-    out, numbers = ROOT / OUT, chapters()
-    wanted = {out / path.name:  # in the repository's JSON layout for notebooks
-              json.dumps(reader_copy(path, number), indent=1, ensure_ascii=False) + '\n'
-              for path, number in numbers.items()}
+    """({path: text} of the files to write, the notebooks to remove): the chapters'
+    install cells pinned to pyproject's version, and notebooks/."""
+    out, numbers, release = ROOT / OUT, chapters(), version()
+    wanted = {path: pinned(path.read_text(encoding='utf-8'), path.name, release)
+              for path in numbers}
+    wanted |= {out / path.name:  # in the repository's JSON layout for notebooks
+               json.dumps(reader_copy(path, number, wanted[path]), indent=1,
+                          ensure_ascii=False) + '\n'
+               for path, number in numbers.items()}
     wanted[out / 'README.md'] = readme(numbers)
     stale = {path: text for path, text in wanted.items()
              if not path.exists() or path.read_text(encoding='utf-8') != text}
@@ -248,7 +271,8 @@ def main(argv):
         path.write_text(text, encoding='utf-8')
     for path in extra:
         path.unlink()
-    print(f'{OUT}/: {len(stale)} written, {len(extra)} removed')
+    print(f'{len(stale)} written ({OUT}/ and chapters whose VERSION was not '
+          f'{version()}), {len(extra)} removed')
 
 
 if __name__ == '__main__':

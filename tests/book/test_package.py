@@ -61,7 +61,7 @@ def test_every_chapter_starts_with_the_same_install_cell_of_this_version():
     assert all(cell['metadata'].get('tags') == ['remove-cell'] for cell in first)
     assert f"'git+{URL}'" in INSTALL, 'installs from the repository in _config.yml'
     assert INSTALL.index('find_spec') < INSTALL.index('pip')  # only when it is missing
-    assert f"VERSION = '{VERSION}'" in INSTALL.splitlines(), 'pyproject.toml differs'
+    assert f"VERSION = '{VERSION}'" in INSTALL.splitlines(), 'run make reader-copies'
     assert "f'{url}@v{VERSION}'" in INSTALL, 'it installs the tag v<VERSION>'
 
 

@@ -43,6 +43,17 @@ def test_reader_copies_are_up_to_date():
     assert not names, f'notebooks/ is stale ({names}): run `make reader-copies`'
 
 
+def test_a_release_is_one_edit_the_tool_pins_every_install_cell(monkeypatch):
+    """pyproject.toml's version is the only one written by hand (issue 60)."""
+    monkeypatch.setattr(reader_copies, 'version', lambda: '9.8.7')
+    stale, _ = reader_copies.out_of_date()  # what it would write: nothing is written
+    copies = [READER / path.name for path in CHAPTERS]
+    assert sorted(stale) == sorted([*CHAPTERS, *copies])
+    assert all(stale[path].count('"VERSION = \'9.8.7\'\\n"') == 1 for path in stale)
+    with pytest.raises(reader_copies.Refused, match='12_x.ipynb: 0 lines'):
+        reader_copies.pinned('{"source": ["VERSION = 1"]}', '12_x.ipynb', '9.8.7')
+
+
 def listings(nb):
     """(file, code) of every listing of package code in a notebook's Markdown."""
     return [found for cell in nb['cells'] if cell['cell_type'] == 'markdown'
