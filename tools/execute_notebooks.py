@@ -16,6 +16,10 @@ from nbclient.exceptions import CellExecutionError
 from data_parallel import files
 
 
+class NotSaved(Exception):
+    """A chapter ran but its outputs were not stored; the message says why."""
+
+
 def coalesce_streams(cell):
     """Merge neighbouring stdout (or stderr) outputs: one block, not one per flush."""
     merged = []
@@ -50,20 +54,21 @@ def glued_nan(nb):
 
 
 def execute(path):
-    """Execute one notebook in place; the seconds it took, or exit if not saved."""
+    """Execute one notebook in place; the seconds it took, or NotSaved."""
     nb = read(path)
     start = time.perf_counter()
     try:
         NotebookClient(nb, timeout=3600, kernel_name='python3', record_timing=False,
                        resources={'metadata': {'path': str(path.parent)}}).execute()
     except CellExecutionError as error:  # the cell's own error, not a traceback
-        sys.exit(f'{path}: not saved, a cell failed with {error.ename}: {error.evalue}')
+        raise NotSaved(f'{path}: not saved, a cell failed with {error.ename}: '
+                       f'{error.evalue}') from None
     missing = glued_nan(nb)
     if missing:
-        sys.exit(f'{path}: not saved, {len(missing)} value(s) the text quotes were '
-                 f'not measured here ({", ".join(missing[:3])}'
-                 f'{", ..." if len(missing) > 3 else ""}); '
-                 'the chapter says what it needs in its first cells')
+        raise NotSaved(f'{path}: not saved, {len(missing)} value(s) the text quotes '
+                       f'were not measured here ({", ".join(missing[:3])}'
+                       f'{", ..." if len(missing) > 3 else ""}); '
+                       'the chapter says what it needs in its first cells')
     for cell in nb.cells:
         if cell.cell_type == 'code':
             coalesce_streams(cell)
@@ -75,11 +80,21 @@ def execute(path):
 def main(paths):
     if not paths:
         sys.exit('usage: execute_notebooks.py NOTEBOOK.ipynb [...]')
-    for name in paths:
-        path = Path(name)
-        if not path.is_file():
-            sys.exit(f'{name}: no such notebook')
-        print(f'{path}: executed in {execute(path):.0f} s', flush=True)
+    missing = [name for name in paths if not Path(name).is_file()]
+    if missing:
+        sys.exit(f'{missing[0]}: no such notebook')
+    for name in paths:  # a file that is no notebook stops the run before any runs
+        read(Path(name))
+    refused = []
+    for name in paths:  # a refused chapter does not keep the later ones from running
+        try:
+            print(f'{name}: executed in {execute(Path(name)):.0f} s', flush=True)
+        except NotSaved as reason:
+            print(reason, file=sys.stderr, flush=True)
+            refused.append(name)
+    if refused:
+        sys.exit(f'{len(refused)} of {len(paths)} notebooks not saved (above): '
+                 f'{", ".join(refused)}')
 
 
 if __name__ == '__main__':

@@ -49,24 +49,29 @@ def test_a_notebook_written_half_leaves_the_chapter_as_it_was(tmp_path, monkeypa
     assert path.read_bytes() == before and os.listdir(tmp_path) == ['chapter.ipynb']
 
 
-def test_a_chapter_that_glues_nan_is_not_saved_and_says_which(tmp_path, monkeypatch):
-    """Chapter 10 without a throttled wire: "nan ms" must not reach the book."""
-    path = tmp_path / 'chapter.ipynb'
-    cell = new_code_cell('glue')
-    nbformat.write(new_notebook(cells=[cell]), path)
-    before = path.read_bytes()
+def test_a_chapter_that_glues_nan_is_not_saved_and_the_next_one_runs(
+        tmp_path, monkeypatch, capsys):
+    """Chapter 10 without a throttled wire: "nan ms" must not reach the book, and the
+    chapters after it are still executed (gpu.md L14)."""
+    paths = [tmp_path / '10.ipynb', tmp_path / '11.ipynb']
+    for path in paths:
+        nbformat.write(new_notebook(cells=[new_code_cell('glue')]), path)
+    before = [path.read_bytes() for path in paths]
 
-    def run(nb, **kwargs):  # no kernel: the outputs a run that glued these would leave
+    values = iter(['nan', '1.86'])  # what chapters 10 and 11 glue, in that order
+
+    def run(nb, **kwargs):  # no kernel: the outputs a run would leave
+        value = next(values)
         nb.cells[0].outputs = [nbformat.v4.new_output(
             'display_data', data={'application/papermill.record/text/plain': value},
-            metadata={'scrapbook': {'name': name,
-                                    'mime_prefix': 'application/papermill.record/'}})
-            for name, value in [('wall_ms', 'nan'), ('params_m', '1.86')]]
+            metadata={'scrapbook': {'name': 'wall_ms',
+                                    'mime_prefix': 'application/papermill.record/'}})]
         return types.SimpleNamespace(execute=lambda: nb)
     monkeypatch.setattr(execute_notebooks, 'NotebookClient', run)
     with pytest.raises(SystemExit) as stop:
-        execute_notebooks.main([str(path)])
-    assert str(stop.value) == (
-        f'{path}: not saved, 1 value(s) the text quotes were not measured here '
-        '(wall_ms); the chapter says what it needs in its first cells')
-    assert path.read_bytes() == before
+        execute_notebooks.main([str(path) for path in paths])
+    assert str(stop.value) == f'1 of 2 notebooks not saved (above): {paths[0]}'
+    assert capsys.readouterr().err == (
+        f'{paths[0]}: not saved, 1 value(s) the text quotes were not measured here '
+        '(wall_ms); the chapter says what it needs in its first cells\n')
+    assert paths[0].read_bytes() == before[0] and paths[1].read_bytes() != before[1]
