@@ -1,9 +1,12 @@
 """data_parallel.pipeline: bubble, schedules, activations held, stages, and figure."""
+import types
+
 import pytest
 import torch
 
 import data_parallel as dp
 from data_parallel import pipeline as pp
+from data_parallel.jobs import pp_workers
 from tests.unit.helpers import texts
 
 CASES = [(1, 3), (2, 1), (2, 4), (3, 5), (4, 4), (4, 8), (5, 2), (8, 16)]
@@ -87,3 +90,21 @@ def test_schedule_figure_draws_every_action_and_refuses_bad_input():
     assert sorted(labels) == sorted(2 * [f'{k}{i}' for k in 'FB' for i in range(2)] * 3)
     with pytest.raises(ValueError, match='tables: give'):
         dp.plot_pipeline_schedule({})
+
+
+def test_the_jobs_order_reads_actions_of_any_torch_release(monkeypatch):
+    """order_of reads an action's repr ('0F3'), which torch's releases share; the enum
+    behind it has letters for values in 2.14 and may not elsewhere (integers here)."""
+    kinds = {1: 'F', 2: 'B', 12: 'REDUCE_GRAD'}  # an older release's integer values
+
+    class Action:  # torch's _Action as such a release builds it
+        def __init__(self, kind, index):
+            self.computation_type = types.SimpleNamespace(value=kind)
+            self.microbatch_index = index
+
+        def __repr__(self):
+            return f'0{kinds[self.computation_type.value]}{self.microbatch_index}'
+    schedule = types.SimpleNamespace(pipeline_order={0: [
+        Action(1, 0), None, Action(1, 1), Action(2, 0), Action(12, 0), Action(2, 1)]})
+    monkeypatch.setattr(pp_workers.dist, 'get_rank', lambda: 0)
+    assert pp_workers.order_of(schedule) == ['F0', 'F1', 'B0', 'B1']

@@ -12,6 +12,7 @@ MLP as DDP, tensor parallel and GPipe on two processes, bytes sent (gloo), colle
 bytes of parameters and saved activations. Rank 0 prints `RESULT`.
 """
 import argparse
+import re
 import time
 
 import torch
@@ -34,6 +35,7 @@ SCHEDULES = {'gpipe': ScheduleGPipe, '1f1b': Schedule1F1B}
 # Before torch 2.14 CommDebugMode fails on a module run twice, as a pipeline stage runs
 # once per micro-batch (pytorch/pytorch#191452): there its collectives go uncounted
 COUNTS_PIPELINES = torch.__version__ >= '2.14'
+ACTION = re.compile(r'^\d+([FB])(\d+)$')  # a forward or full backward: '0F3', '1B2'
 
 
 def micro_batch_loss(num_micro_batches):
@@ -84,9 +86,11 @@ def step(schedule, batch):
 
 def order_of(schedule):
     """This rank's actions in the schedule's own table, as 'F0', 'B0', ... (no idles)."""
-    return [f'{a.computation_type.value}{a.microbatch_index}'  # not REDUCE_GRAD
-            for a in schedule.pipeline_order[dist.get_rank()]
-            if a is not None and a.computation_type.value in ('F', 'B')]
+    # read off the action's repr ('0F3': stage, kind, micro-batch), not the enum's
+    # value, which is not the same in every torch release (letters in 2.14)
+    return [f'{kind}{index}' for a in schedule.pipeline_order[dist.get_rank()]
+            if a is not None
+            for kind, index in ACTION.findall(repr(a))]  # not REDUCE_GRAD or idles
 
 
 def gradients(args, device, name, batch):
