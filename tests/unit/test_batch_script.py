@@ -1,0 +1,98 @@
+"""The batch script's own checks before srun, run without SLURM: stand-ins for scontrol
+and srun, and a PATH of their folder alone (python in it or not). The script on a real
+local cluster: tests/jobs/test_slurm.py."""
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from data_parallel import slurm
+
+SCRIPT = slurm.BATCH_SCRIPT
+
+
+def stand_in(folder, name, text):
+    """An executable shell script folder/name."""
+    path = folder / name
+    path.write_text(f'#!/bin/sh\n{text}\n')
+    path.chmod(0o755)
+
+
+@pytest.fixture
+def node(tmp_path):
+    """A folder for PATH: a one-node SLURM's scontrol, an srun that says it ran, and the
+    tools the script uses (but no python)."""
+    bin_ = tmp_path / 'bin'
+    bin_.mkdir()
+    stand_in(bin_, 'scontrol', 'case "$2" in hostnames) echo n1 ;; '
+                               '*) echo "NodeName=n1 NodeAddr=127.0.0.1 State=IDLE" ;; '
+                               'esac')
+    stand_in(bin_, 'srun', 'echo "srun $*"')
+    for tool in ('grep', 'cut', 'head'):
+        (bin_ / tool).symlink_to(shutil.which(tool))
+    return bin_
+
+
+def free_job_id():
+    """A job number whose rendezvous port (as the script derives it) is free here."""
+    for job in range(4242, 4242 + 1000):
+        try:
+            with socket.create_server(('', 20000 + job % 12000)):
+                return job
+        except OSError:
+            continue
+    pytest.skip('no free port in 24242-25241')
+
+
+def run(node, job=None):
+    """The script as SLURM's job on node n1; (exit status, stdout, stderr lines)."""
+    job = job or free_job_id()
+    env = {'PATH': str(node), 'SLURM_JOB_ID': str(job), 'SLURM_JOB_NODELIST': 'n1',
+           'SLURM_NNODES': '1', 'SLURM_CPUS_PER_TASK': '1'}
+    done = subprocess.run(['/bin/bash', str(SCRIPT)], capture_output=True, text=True,
+                          timeout=60, env=env)
+    return done.returncode, done.stdout, done.stderr.splitlines()
+
+
+def test_a_node_without_python_is_one_line_not_a_taken_port(node):
+    """Debian 12 ships python3 only: the reader forgot to activate the environment."""
+    assert run(node)[0::2] == (1, ['python not found on n1: activate the environment '
+                                   'that has torchrun before sbatch'])
+
+
+@pytest.mark.parametrize('patch, error', [
+    ('del socket.create_server',  # Python 2, or 3 before 3.8
+     "AttributeError: module 'socket' has no attribute 'create_server'"),
+    ('def refuse(*args):\n    raise PermissionError(13, "Permission denied")\n'
+     'socket.create_server = refuse', 'PermissionError: [Errno 13] Permission denied')],
+    ids=['no-create_server', 'EACCES'])
+def test_a_python_that_cannot_check_the_port_says_so_and_why(node, tmp_path, patch,
+                                                            error):
+    """Its own error, then what to do: not a taken port."""
+    (tmp_path / 'sitecustomize.py').write_text(f'import socket\n{patch}\n')
+    stand_in(node, 'python', f'PYTHONPATH={tmp_path} exec {sys.executable} "$@"')
+    status, _, lines = run(node)
+    assert (status, lines[-2:]) == (1, [error, (
+        f'cannot check the rendezvous port with {node}/python on n1 (its error '
+        'above): activate the environment that has torchrun before sbatch')])
+
+
+@pytest.mark.parametrize('taken', [True, False], ids=['taken', 'free'])
+def test_only_a_port_in_use_is_called_taken(node, taken):
+    (node / 'python').symlink_to(sys.executable)
+    job = free_job_id()
+    port = 20000 + job % 12000
+    holder = socket.create_server(('', port)) if taken else None
+    try:
+        status, out, lines = run(node, job)
+    finally:
+        if holder:
+            holder.close()
+    if taken:
+        assert (status, lines) == (1, [f'port {port} on n1 is taken, and the '
+                                       'rendezvous needs it: submit the job again'])
+    else:  # on to srun, with the port the probe found free
+        assert (status, lines) == (0, [])
+        assert f'--rdzv-endpoint=127.0.0.1:{port}' in out.splitlines()[-1]
