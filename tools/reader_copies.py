@@ -271,8 +271,7 @@ def main(argv):
         path.write_text(text, encoding='utf-8')
     for path in extra:
         path.unlink()
-    print(f'{len(stale)} written ({OUT}/ and chapters whose VERSION was not '
-          f'{version()}), {len(extra)} removed')
+    print(f'{len(stale)} file(s) written, {len(extra)} removed')
 
 
 if __name__ == '__main__':
