@@ -159,6 +159,8 @@ def _download(root, raw, train):
         root.mkdir(parents=True, exist_ok=True)  # where the lock file lives
         # one download at a time, also from other machines that share the folder
         with files.lock_file(root / '.download.lock'):
+            for left in root.glob('.download-*'):  # left by a download killed outright
+                shutil.rmtree(left, ignore_errors=True)  # we hold the lock: unused
             if not _present(raw, train):  # else fetched while this process waited
                 _fetch(root, raw, train)
     # EOFError, zlib.error: an archive that ends early or is corrupt, as gzip says it

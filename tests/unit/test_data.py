@@ -199,6 +199,27 @@ def test_a_failed_or_refused_download_leaves_the_folder_as_it_was(
     assert len(calls) == download and list(tmp_path.iterdir()) == []
 
 
+def test_a_download_killed_outright_is_cleared_by_the_next_one(tmp_path, monkeypatch):
+    """SIGKILL skips its finally: the next downloader, under the lock, removes what it
+    left (half an archive), then fetches; offline, that fails in one line."""
+    left = tmp_path / '.download-k1ll3d' / 'FashionMNIST' / 'raw'
+    left.mkdir(parents=True)
+    (left / 't10k-images-idx3-ubyte.gz').write_bytes(b'half an archive')
+    (tmp_path / '.download.lock').touch()  # the killed one's lock file stays too
+    downloads = []
+
+    def offline(folder, **kwargs):
+        downloads.append((Path(folder).name,
+                          sorted(p.name for p in tmp_path.glob('.download-*'))))
+        raise OSError('no network')
+    monkeypatch.setattr(torchvision.datasets, 'FashionMNIST', offline)
+    with pytest.raises(dp.DataUnavailableError, match=r'failed \(no network\)\. '):
+        dp.read_fashion_mnist(False, root=tmp_path)
+    [(own, found)] = downloads
+    assert found == [own]  # the killed one's folder was gone before the fetch
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_process_that_waited_for_a_download_reads_its_files(tmp_path, fashion_root,
                                                               monkeypatch):
     """Another machine holds the lock: this one waits, then reads what it fetched."""
