@@ -14,7 +14,8 @@ layer or those below it; ``tests/repo/test_layout.py`` checks it):
    per-image loader), ``launch`` (torchrun jobs from a notebook or a test),
    ``processes`` (what a job started, found and ended), ``network`` (a command
    behind a loopback of a set bandwidth), ``slurm`` (a two-node SLURM cluster on this
-   machine, and the batch script ``train_ddp.sbatch``);
+   machine, and the batch script ``train_ddp.sbatch``), ``cluster_watchdog`` (what
+   a cluster whose owner was killed leaves, ended and removed);
 2. taught code, the ``#@save`` mirrors: ``scratch`` (the article's code, LeNet to the
    data-parallel trainer), ``collectives`` (star and ring allreduce, reduce-scatter,
    all-gather), ``performance`` (flat buffers, the improved step, the cost model),

@@ -11,7 +11,9 @@ real cluster (slurmctld runs there as the user SlurmUser names, usually slurm).
 Every process of the cluster carries its configuration file in SLURM_CONF: the daemons
 (started with it), slurmstepd (slurmd sets it) and every job (sbatch passes the
 submitter's environment on). `stop` cancels the jobs, ends whatever still carries it and
-removes the folders: no process, socket or spool is left behind.
+removes the folders: no process, socket or spool is left behind. If the process that
+started the cluster is killed instead (no exit hook runs), its watchdog does the same
+(cluster_watchdog.py).
 """
 import atexit
 import os
@@ -27,7 +29,7 @@ from pathlib import Path
 
 import psutil
 
-from . import processes
+from . import cluster_watchdog, processes
 from .launch import free_port
 from .paths import DATA_ENV
 
@@ -109,6 +111,7 @@ class LocalCluster:
         self.cpus_per_node = cpus_per_node
         self.sockets = None  # a short folder under /tmp, made by start
         self.daemons = []  # (program, Popen) of each, in the order started
+        self.watchdog = None  # ends the cluster if this process is killed (start)
 
     @property
     def conf(self):
@@ -184,8 +187,9 @@ class LocalCluster:
         problem = unavailable()
         if problem:
             raise ClusterUnavailable(problem)
+        cluster_watchdog.sweep()  # what clusters killed with their watchdog left
         if self.folder is None:
-            self.folder = Path(tempfile.mkdtemp(prefix='slurm-cluster-'))
+            self.folder = Path(tempfile.mkdtemp(prefix=cluster_watchdog.PREFIX))
         elif self.folder.exists():  # never another cluster's: stop would remove it
             raise FileExistsError(f'{self.folder} exists: give the cluster a new '
                                   'folder')
@@ -194,6 +198,7 @@ class LocalCluster:
         self.folder.chmod(0o700)  # munged refuses a key others could read
         (self.folder / 'state').mkdir()
         self.sockets = Path(tempfile.mkdtemp(prefix='slurm-', dir='/tmp'))
+        self.watchdog = cluster_watchdog.watch(self.folder, self.sockets)
         key = self.folder / 'munge.key'
         key.write_bytes(secrets.token_bytes(1024))
         key.chmod(0o400)
@@ -257,18 +262,8 @@ class LocalCluster:
         return self.folder / f'daemon-{i}.out'
 
     def members(self):
-        """Every readable process of this cluster (daemons, steps, jobs) by pid.
-
-        A job's processes carry SLURM_CONF; slurmstepd and slurmscriptd overwrite their
-        environment with their titles, but hold a log file of the folder open.
-        """
-        found = {}
-        for proc in psutil.process_iter(['environ', 'open_files']):
-            files = [f.path for f in proc.info['open_files'] or []]
-            if ((proc.info['environ'] or {}).get('SLURM_CONF') == str(self.conf)
-                    or any(Path(f).is_relative_to(self.folder) for f in files)):
-                found[proc.pid] = proc
-        return found
+        """Every readable process of this cluster (daemons, steps, jobs) by pid."""
+        return cluster_watchdog.members(self.folder)
 
     def stop(self, grace=10):
         """Cancel every job, end every process of the cluster, remove its folder."""
@@ -298,3 +293,5 @@ class LocalCluster:
         shutil.rmtree(self.folder, ignore_errors=True)
         if self.sockets:
             shutil.rmtree(self.sockets, ignore_errors=True)
+        # last: a stop cut short (Ctrl-C) is finished by it once this process ends
+        cluster_watchdog.end(self.watchdog)

@@ -13,7 +13,8 @@ from tests.repo.helpers import ROOT
 PACKAGE = Path(dp.__file__).parent
 LAYERS = {
     'machinery': (0, {'paths', 'cli', 'results', 'files', 'snapshot', 'devices',
-                      'data', 'launch', 'network', 'processes', 'slurm'}),
+                      'data', 'launch', 'network', 'processes', 'slurm',
+                      'cluster_watchdog'}),
     'taught': (1, {'scratch', 'collectives', 'performance', 'sharding', 'models',
                   'tensor_parallel', 'pipeline'}),
     'program': (2, {'train_ddp'}),
