@@ -3,13 +3,17 @@ leaves nothing behind, and each mistake a reader makes gets one line. That a job
 cluster trains torchrun's weights, also after a requeue, chapter 13 checks (its hidden
 cells, by nbval). Skipped where no local cluster can start (not Linux, not root, SLURM
 not installed: `make slurm`)."""
+import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import psutil
 import pytest
 
 import data_parallel as dp
@@ -50,9 +54,10 @@ def test_stop_leaves_no_process_port_or_file_behind(tmp_path):
             time.sleep(0.05)
         assert names == ['munged', 'sleep', 'slurm_script', 'slurmctld', 'slurmd',
                          'slurmd', 'slurmscriptd', 'slurmstepd'], names
+        watchdog = cluster.watchdog
     finally:
         cluster.stop()
-    assert cluster.members() == {}
+    assert cluster.members() == {} and watchdog.poll() is not None
     assert not cluster.folder.exists() and not cluster.sockets.exists()
     for port in ports:
         with socket.socket() as s:
@@ -71,6 +76,72 @@ def test_a_cluster_not_stopped_ends_when_python_exits(tmp_path):
     subprocess.run([sys.executable, '-c', code, str(folder)], check=True, timeout=120)
     assert slurm.LocalCluster(folder).members() == {}  # none carries its files
     assert not folder.exists()
+
+
+def alive(pid, start):
+    """Whether process pid, started at start, still runs (a zombie has ended)."""
+    try:
+        proc = psutil.Process(pid)
+        return proc.create_time() == start and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+# a cluster in its default folder runs a job; the owner says where, then waits to die
+OWNER = ('import json, sys, time\nfrom data_parallel import slurm\n'
+         'cluster = slurm.LocalCluster()\ncluster.start()\n'
+         "job = cluster.run('sbatch', '--parsable', f'--chdir={sys.argv[1]}', "
+         "'--wrap', 'sleep 300')\ncluster.wait(job, 'RUNNING')\n"
+         'watchdog = cluster.watchdog and cluster.watchdog.pid\n'
+         'print(json.dumps([str(cluster.folder), str(cluster.sockets), watchdog]), '
+         'flush=True)\ntime.sleep(300)')
+
+
+@pytest.mark.parametrize('watchdog_killed', [False, True])
+def test_a_cluster_whose_owner_is_killed_leaves_nothing(tmp_path, watchdog_killed):
+    """A kernel killed outright (SIGKILL: the OOM killer, a restart of a busy kernel)
+    while a job runs: its watchdog ends the cluster, slurmstepd and the job included,
+    and removes its folders; if the watchdog was killed too, the next start does."""
+    if slurm.unavailable():
+        pytest.skip(slurm.unavailable())
+    owner = subprocess.Popen([sys.executable, '-c', OWNER, str(tmp_path)],
+                             stdout=subprocess.PIPE, text=True)
+    family = {}
+    try:
+        line = owner.stdout.readline()
+        assert line, 'the owner ended before its job ran'
+        folder, sockets, watchdog = json.loads(line)
+        folder, sockets = Path(folder), Path(sockets)
+        deadline, names = time.monotonic() + 30, []
+        while 'sleep' not in names and time.monotonic() < deadline:  # the step starts
+            found = slurm.LocalCluster(folder).members()
+            names = sorted(proc.name() for proc in found.values())
+            time.sleep(0.05)
+        family = {(pid, proc.create_time()): proc.name() for pid, proc in found.items()}
+        if watchdog:  # none started: what the owner leaves stays, and the test says so
+            family[watchdog, psutil.Process(watchdog).create_time()] = 'watchdog'
+        assert {'slurmstepd', 'sleep', 'slurmd', 'munged'} <= set(names), names
+        if watchdog_killed:
+            os.kill(watchdog, signal.SIGKILL)
+        owner.kill()
+        owner.wait()
+        if watchdog_killed:
+            with slurm.LocalCluster():  # its start sweeps
+                pass
+        deadline = time.monotonic() + 30
+        while (any(alive(*pair) for pair in family) or folder.exists()
+               or sockets.exists()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [name for pair, name in family.items() if alive(*pair)] == []
+        assert not folder.exists() and not sockets.exists()
+    finally:  # a failure must not leave a job and an hour of slurmstepd's retries
+        owner.kill()
+        for pid, start in family:
+            if alive(pid, start):
+                os.kill(pid, signal.SIGKILL)
+        if family:
+            shutil.rmtree(folder, ignore_errors=True)
+            shutil.rmtree(sockets, ignore_errors=True)
 
 
 def test_the_script_run_without_sbatch_says_to_submit_it():
