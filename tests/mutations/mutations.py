@@ -245,9 +245,7 @@ MUTATIONS = [
              'gradients m times too large',
              'jobs/pp_workers.py',
              'return F.cross_entropy(output, y) / num_micro_batches',
-             'return F.cross_entropy(output, y)',
-             ('tests/jobs/test_pp_workers.py::test_schedules_give_the_unsplit_'
-              'gradients[2]',), (CH[12],), saved=False,
+             'return F.cross_entropy(output, y)', (), (CH[12],), saved=False,
              checks=((CH[12], 'checks-grads'),)),
 ]
 
