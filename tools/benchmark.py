@@ -109,14 +109,20 @@ def measure(args):
     with ThreadPoolExecutor(K) as pool:  # one thread per device
         t = median_times(in_process_runs(devices, args.batches, pool), devices,
                          args.repeats)
+    return (t, *job_runs(args.batches))
+
+
+def job_runs(batches):
+    """DDP runs (k = 1, 2, 4) and allreduces (k = 2, 4), all on one kind of device."""
+    env = dp.sweep_environment((1, 2, 4))  # no CPU rate over a GPU rate
     ddp = {k: launch.run(perf_workers, k, 'train', '--batch-size', BATCH, '--steps',
-                         args.batches, '--impls', 'compute', 'nosync', 'ddp',
+                         batches, '--impls', 'compute', 'nosync', 'ddp', env=env,
                          echo=True)[0]
            for k in (1, 2, 4)}
     rings = {(k, mb): launch.run(perf_workers, k, 'allreduce', '--mb', mb,
-                                 '--repeats', 5, echo=True)
+                                 '--repeats', 5, env=env, echo=True)
              for k in (2, 4) for mb in (25, LENET_MB)}
-    return t, ddp, rings
+    return ddp, rings
 
 
 def one_core_each():

@@ -262,3 +262,14 @@ def test_wire_overlap_bound_is_the_longer_of_compute_and_the_wire(compute, bound
     # at 200 Mbit/s shared by 2 processes: N values of 4 bytes at 12.5 MB/s, 0.60 s
     one_bucket = record(compute=(compute, 0.0, 4096), one_bucket=(1.0, 4 * N, 4096))
     assert wire_benchmark.overlap_bound(one_bucket, 200e6) == pytest.approx(bound)
+
+
+def test_with_one_gpu_every_job_of_the_sweep_runs_on_the_cpu(monkeypatch):
+    """dp.sweep_environment, as the chapters use it: one GPU does not time k = 1 with
+    NCCL beside k = 2 and 4 on the CPU, which make speed would then divide."""
+    envs = []
+    monkeypatch.setattr(benchmark.launch, 'run', lambda *args, env=None, **kw: (
+        envs.append(env), [{}])[1])
+    monkeypatch.setattr(benchmark.torch.cuda, 'device_count', lambda: 1)
+    benchmark.job_runs(1)
+    assert envs and all(env == dp.CPU_ONLY for env in envs), envs
