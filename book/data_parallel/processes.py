@@ -8,6 +8,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 import time
 
 import psutil
@@ -158,4 +159,10 @@ def guarded(argv):
     """argv behind ORPHAN_GUARD on Linux; unchanged elsewhere."""
     if not sys.platform.startswith('linux'):
         return list(argv)
+    # the guard's signal comes when the starting *thread* ends (prctl(2)), so a
+    # worker thread's launch would lose its processes while Python goes on
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError('start jobs and clusters from the main thread: Linux ends a '
+                           'guarded process when the thread that started it ends '
+                           '(PR_SET_PDEATHSIG)')
     return [sys.executable, '-c', ORPHAN_GUARD, str(os.getpid()), *map(str, argv)]

@@ -5,6 +5,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import types
 from pathlib import Path
@@ -245,6 +246,28 @@ def test_the_orphan_guard_is_linux_only(monkeypatch):
     """PR_SET_PDEATHSIG is Linux's: elsewhere the launcher starts as it is."""
     monkeypatch.setattr(sys, 'platform', 'darwin')
     assert processes.guarded(['torchrun', '-m', 'x']) == ['torchrun', '-m', 'x']
+
+
+@pytest.mark.skipif(sys.platform != 'linux', reason='a guard on Linux only')
+def test_the_orphan_guard_refuses_a_thread_other_than_the_main_one():
+    """PR_SET_PDEATHSIG fires when the thread that started the child ends (prctl(2)): a
+    guarded sleep started from a thread that then ended was SIGTERMed (rel L6)."""
+    said = []
+    thread = threading.Thread(target=lambda: said.append(guarded_or_error(['sleep'])))
+    thread.start()
+    thread.join()
+    assert said == ['start jobs and clusters from the main thread: Linux ends a '
+                    'guarded process when the thread that started it ends '
+                    '(PR_SET_PDEATHSIG)']
+    assert processes.guarded(['sleep'])[-1] == 'sleep'  # the main thread's: guarded
+
+
+def guarded_or_error(argv):
+    """processes.guarded(argv), or the line of the RuntimeError it raised."""
+    try:
+        return processes.guarded(argv)
+    except RuntimeError as error:
+        return str(error)
 
 
 # --- Where the process table cannot be read (macOS has no /proc): a job still ends,
