@@ -26,6 +26,8 @@ HTML that the browser check (tests/browser) found in the stock Jupyter Book 1 st
   MyST a plain Jupyter shows raw), and its link gets a `download` attribute, without
   which a browser shows the notebook's JSON in a tab (the theme's macro takes no
   attributes, so the written pages are edited).
+- A page written in another language says so: its front matter `lang` (book/zh.md:
+  zh-CN) becomes the page's `<html lang>`, which Sphinx sets to the book's (en).
 - A little CSS (CSS below, served as _static/book_html_fixes.css): inline code may break
   inside a long name rather than make a phone's page scroll sideways; the intro's
   picture (class `hero`) takes the column's width.
@@ -185,6 +187,15 @@ def _save_downloads(app, exception):
             page.write_text(marked, encoding='utf-8')
 
 
+def _page_language(app, pagename, templatename, context, doctree):
+    """`<html lang>` from the page's front matter `lang`, where it has one."""
+    # The browser picks the font and the glyph forms of Chinese text by this attribute:
+    # marked "en", the zh page may be drawn with Japanese forms on a Japanese system.
+    lang = (context.get('meta') or {}).get('lang')
+    if lang:
+        context['language'] = lang
+
+
 def setup(app):
     app.add_config_value('reader_copies', '', 'html')
     app.connect('html-page-context', _launch_reader_copy, priority=600)
@@ -192,6 +203,7 @@ def setup(app):
     app.connect('build-finished', _save_downloads)
     # after the other extensions have added their page scripts
     app.connect('html-page-context', _dedupe_scripts, priority=900)
+    app.connect('html-page-context', _page_language)
     app.connect('doctree-read', _merge_solutions)
     app.connect('doctree-read', _caption_alt)
     app.connect('builder-inited', _add_css)

@@ -233,3 +233,31 @@ def test_intro_explains_save_and_links_the_package(browser, site):
                 .map(a => a.href)];""")
     assert '#@save' in text and 'import data_parallel as dp' in text
     assert folder in hrefs, f'no link to {folder}'
+
+
+def front_matter(path):
+    """The YAML front matter of a MyST page: {} where it has none."""
+    found = re.match(r'---\n(.*?)\n---\n', path.read_text(encoding='utf-8'), re.DOTALL)
+    return (yaml.safe_load(found[1]) or {}) if found else {}
+
+
+@pytest.mark.parametrize('doc', [d for d in toc_files()
+                                 if (ROOT / f'{d}.md').is_file()])
+def test_a_page_says_its_language(browser, site, doc):
+    """`<html lang>` is the front matter's `lang` (book_html_fixes), and a page written
+    in Chinese has one: the browser picks the font and glyph forms of Chinese by it."""
+    wanted = front_matter(ROOT / f'{doc}.md').get('lang')
+    pagecheck.load(browser, site + f'{doc}.html')
+    lang, text = browser.execute_script(
+        "return [document.documentElement.lang, "
+        "document.querySelector('article').textContent];")
+    # a Chinese character against an English word: more of the first, a Chinese page
+    hanzi = len(re.findall(r'[\u4e00-\u9fff]', text))
+    words = len(re.findall(r'[A-Za-z]+', text))
+    if hanzi > words:
+        assert str(wanted).startswith('zh'), \
+            f'{doc}.md is in Chinese ({hanzi} characters, {words} English words) ' \
+            'but its front matter sets no `lang: zh-CN`'
+    if wanted:
+        assert lang == wanted, \
+            f'{doc}.html: <html lang="{lang}">, its front matter {wanted!r}'
