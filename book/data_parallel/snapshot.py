@@ -183,8 +183,10 @@ def write(path, model, optimizer, epoch, history, args):
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        for stale in glob.glob(glob.escape(str(path)) + '.*tmp'):  # a crash's leftovers
-            os.unlink(stale)
+        # a crash's leftovers; without the lock (see lock) they may be another job's
+        if os.path.abspath(path) in _locks:
+            for stale in glob.glob(glob.escape(str(path)) + '.*tmp'):
+                os.unlink(stale)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + '.',
                                    suffix='.tmp')  # a name no other writer uses
         os.close(fd)

@@ -221,12 +221,26 @@ def test_file_and_folder_are_flushed_before_and_after_the_rename(tmp_path, monke
 
     monkeypatch.setattr(os, 'fsync', fsync)
     monkeypatch.setattr(os, 'replace', replace)
+    snapshot.lock(tmp_path / 'a.pt')  # as newest does: no other job writes them
     save(tmp_path / 'a.pt', 1)
     events = [tuple(re.sub(r'\.\w+\.tmp$', '.TMP', name) for name in event)
               for event in events]  # each save's own temporary name
     assert events == [('fsync', 'a.pt.TMP'), ('replace', 'a.pt.TMP', 'a.pt'),
                       ('fsync', tmp_path.name)]
-    assert names(tmp_path) == ['a.pt']
+    assert names(tmp_path) == ['a.pt', 'a.pt.lock']
+
+
+def test_without_a_lock_another_writers_temporary_is_left_alone(tmp_path, monkeypatch):
+    """A file system without flock: lock() goes on unlocked, so a temporary may be
+    another job's save in progress, not a crash's leftover (rel L7)."""
+    def no_locks(file, operation):
+        raise OSError(errno.ENOLCK, 'No locks available')
+    monkeypatch.setattr(fcntl, 'flock', no_locks)
+    path, other = tmp_path / 'a.pt', tmp_path / 'a.pt.x1y2z3.tmp'
+    other.write_bytes(b'half of another job\'s save')
+    assert snapshot.newest(path, ARGS) is None  # unlocked, and nothing to resume
+    save(path, 1)
+    assert epoch_of(path) == 1 and other.read_bytes() == b'half of another job\'s save'
 
 
 @pytest.mark.parametrize('earlier, kept', [
