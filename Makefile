@@ -150,7 +150,9 @@ logo:
 
 # SLURM for the local two-node cluster of tests/jobs/test_slurm.py (data_parallel.slurm):
 # Debian's slurm-wlm and munge (about 20 MB), installed when missing. Its own apt-get,
-# run after the setup's (.ci/run): two at once fail on apt's lock.
+# run after the setup's (.ci/run): two at once fail on apt's lock. System packages: they
+# leave /etc/munge/munge.key and (with systemd) munge.service enabled; undo it with
+# `apt purge slurm-wlm munge`.
 SLURMCTLD ?= /usr/sbin/slurmctld
 slurm: $(SLURMCTLD)
 
