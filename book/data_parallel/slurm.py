@@ -94,7 +94,8 @@ def unavailable():
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     if missing:
         return (f'SLURM is not installed ({", ".join(missing)} not found): '
-                '`make slurm` installs it on Debian or Ubuntu (apt, as root).')
+                'on Debian or Ubuntu, as root, `apt-get install -y slurm-wlm munge` '
+                'installs it (`make slurm` in a clone of the book).')
     if os.geteuid() != 0:
         return ('a local SLURM cluster runs its daemons as root, as a real one does: '
                 'this user cannot start one.')

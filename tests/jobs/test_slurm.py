@@ -216,7 +216,7 @@ def test_more_nodes_than_the_partition_has_is_one_line(cluster, tmp_path):
 def test_no_cluster_starts_without_its_tools_or_as_another_user(tmp_path, monkeypatch):
     monkeypatch.setattr(slurm.sys, 'platform', 'linux')  # the checks after Linux's
     monkeypatch.setattr(slurm.shutil, 'which', lambda tool: None)
-    with pytest.raises(slurm.ClusterUnavailable, match='`make slurm` installs it'):
+    with pytest.raises(slurm.ClusterUnavailable, match='`apt-get install -y slurm-wlm munge`'):
         slurm.LocalCluster(tmp_path / 'a').start()
     monkeypatch.setattr(slurm.shutil, 'which', lambda tool: f'/usr/bin/{tool}')
     monkeypatch.setattr(slurm.os, 'geteuid', lambda: 1000)
