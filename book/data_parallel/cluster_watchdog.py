@@ -45,7 +45,11 @@ def members(folder):
         if ((proc.info['environ'] or {}).get('SLURM_CONF') == conf
                 or any(Path(f).is_relative_to(folder) for f in files)):
             found[proc.pid] = proc
-    found.pop(os.getpid(), None)  # never this process (an owner inside a Slurm job)
+    # never this process nor its ancestors (an owner inside a Slurm job, a caller or its
+    # parent with a log of the folder open): stop would SIGKILL its own caller
+    me = psutil.Process()
+    for proc in (me, *me.parents()):
+        found.pop(proc.pid, None)
     return found
 
 

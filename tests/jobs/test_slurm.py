@@ -78,6 +78,32 @@ def test_a_cluster_not_stopped_ends_when_python_exits(tmp_path):
     assert not folder.exists()
 
 
+# R5 of rel.md (turn 5): the owner reads a log of its cluster, and so does its parent
+READER = ('import sys\nfrom data_parallel import slurm\n'
+          'cluster = slurm.LocalCluster(sys.argv[1])\ncluster.start()\n'
+          "log = open(cluster.folder / 'slurmctld.log')\nprint(flush=True)\n"
+          "sys.stdin.readline()\ncluster.stop()\nprint('owner survived')")
+PARENT = ('import subprocess, sys\nfrom pathlib import Path\n'
+          "owner = subprocess.Popen([sys.executable, '-c', sys.argv[2], sys.argv[1]], "
+          'stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)\n'
+          "owner.stdout.readline()\nlog = open(Path(sys.argv[1]) / 'slurmd-n1.log')\n"
+          "owner.stdin.write('stop\\n')\nowner.stdin.flush()\n"
+          "print(owner.stdout.read().strip(), owner.wait(), 'parent survived')")
+
+
+def test_stop_spares_its_caller_and_the_callers_parent(tmp_path):
+    """Each holds a log of the cluster's folder open, as a reader reading it does:
+    stop ends neither (it once SIGKILLed the parent: exit 137, 'Kernel died')."""
+    if slurm.unavailable():
+        pytest.skip(slurm.unavailable())
+    folder = tmp_path / 'slurm'
+    done = subprocess.run([sys.executable, '-c', PARENT, str(folder), READER],
+                          capture_output=True, text=True, timeout=180)
+    said = (done.returncode, done.stdout)
+    assert said == (0, 'owner survived 0 parent survived\n'), done.stderr[-2000:]
+    assert not folder.exists()
+
+
 def alive(pid, start):
     """Whether process pid, started at start, still runs (a zombie has ended)."""
     try:
