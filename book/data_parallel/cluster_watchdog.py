@@ -53,15 +53,20 @@ def members(folder):
     return found
 
 
+def kill(found):
+    """SIGKILL each process in found (pid: psutil.Process), skipping those gone."""
+    for proc in found.values():
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+
+
 def remove(folder, sockets, timeout=30):
     """SIGKILL the cluster's processes until none is left, then remove its folders."""
     deadline = time.monotonic() + timeout
     # all at once: slurmstepd blocks SIGTERM, and the daemons would wait on each other;
     # look again after each round, as slurmd may start a step between a look and a kill
     while (found := members(folder)) and time.monotonic() < deadline:
-        for proc in found.values():
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
+        kill(found)
         time.sleep(0.1)
     for path in (folder, sockets):
         shutil.rmtree(path, ignore_errors=True)

@@ -11,9 +11,9 @@ real cluster (slurmctld runs there as the user SlurmUser names, usually slurm).
 Every process of the cluster carries its configuration file in SLURM_CONF: the daemons
 (started with it), slurmstepd (slurmd sets it) and every job (sbatch passes the
 submitter's environment on). `stop` cancels the jobs, ends whatever still carries it and
-removes the folders: no process, socket or spool is left behind. If the process that
-started the cluster is killed instead (no exit hook runs), its watchdog does the same
-(cluster_watchdog.py).
+removes the folders: no process, socket or spool is left behind, but for a daemon that a
+job starts without SLURM_CONF (stop says so). If the process that started the cluster is
+killed instead (no exit hook runs), its watchdog does the same (cluster_watchdog.py).
 """
 import atexit
 import os
@@ -26,8 +26,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-import psutil
 
 from . import cluster_watchdog, processes
 from .launch import free_port
@@ -267,7 +265,11 @@ class LocalCluster:
         return cluster_watchdog.members(self.folder)
 
     def stop(self, grace=10):
-        """Cancel every job, end every process of the cluster, remove its folder."""
+        """Cancel every job, end every process of the cluster, remove its folder.
+
+        It misses a job's daemon that sheds SLURM_CONF and its parents (setsid, env -i):
+        proctrack/linuxproc cannot see it, and cgroups are not writable everywhere.
+        """
         atexit.unregister(self.stop)
         if self.folder is None:  # never started: nothing to stop
             return
@@ -284,11 +286,7 @@ class LocalCluster:
             if not processes.ended(p):
                 os.kill(p.pid, signal.SIGTERM)
                 processes.wait_ended([p], time.monotonic() + grace)
-        for proc in self.members().values():  # what outlived its grace period
-            try:
-                proc.kill()
-            except psutil.Error:
-                pass
+        cluster_watchdog.kill(self.members())  # what outlived its grace period
         processes.wait_ended([p for _, p in self.daemons])
         self.daemons = []
         shutil.rmtree(self.folder, ignore_errors=True)
