@@ -57,22 +57,12 @@ $more</section></body></html>""").substitute(
     style=HtmlFormatter().get_style_defs('.highlight'), code=python(CODE), more=MORE)
 
 # defect: (what its page's checker (CHECKERS) reports, text of the page, what
-# replaces it); the same for NAV_DEFECTS and CODE_DEFECTS
+# replaces it); the same for NAV_DEFECTS and CODE_DEFECTS. One defect per check of
+# pagecheck, named beside it; the others were shown caught once, in the commit that
+# cut them (git log -- tests/browser/test_browser_checker.py).
 DEFECTS = {
-    'console-error': ('console error', MORE, "<script>console.error('oops')</script>"),
-    'missing-image': ('image did not load', '"pixel.svg" alt', '"missing.png" alt'),
-    'unhighlighted': ('not syntax-highlighted', python(CODE),
-                      f'<div class="highlight"><pre>{CODE}</pre></div>'),
-    'no-mathjax': ('math not typeset', 'src="mathjax/tex-chtml.js"', ''),
-    'tex-error': ('MathJax error in formula', MORE, r'<p class="math">\(x^\)</p>'),
-    'raw-tex': ('raw TeX', MORE, r'<p>Untagged math \(a+b\) in the prose.</p>'),
-    'broken-file-link': ('does not exist', MORE, '<a href="book/99_gone.html">x</a>'),
-    'broken-anchor': ('no anchor #no-such-section', MORE,
-                      '<a href="other.html#no-such-section">missing section</a>'),
-    'external-request': ('request outside the local server', MORE,
-                         '<link rel="stylesheet" href="http://localhost:9/x.css">'),
+    # check_page
     'removed-cell-shown': ('content of a remove-cell cell', MORE, python(SECRET)),
-    'solution-open': ('solution shown without a click', '<details ', '<details open '),
 }
 
 
@@ -112,22 +102,14 @@ document.querySelectorAll('.dropdown > button').forEach(b => b.addEventListener(
 CHAPTERS = '<button class="primary-toggle">chapters</button>'
 
 NAV_DEFECTS = {
-    # the theme's bug: the hidden twin of the button is the one wired
+    # navigation_problems; the theme's bug: the hidden twin of the button is wired
     'dead-chapter-button': ('the chapter-list button does nothing', CHAPTERS,
                             CHAPTERS.replace('toggle', 'toggle hidden') + CHAPTERS),
-    # it opens, but under a veil (the backdrop)
-    'covered-chapter-list': ('the chapter-list button does nothing',
-                             '<article', '<div class="veil"></div><article'),
-    'no-chapter-button': ('no visible chapter-list button', CHAPTERS, ''),
-    'menu-off-screen': ('the launch menu does not open, or its items are off screen',
-                        '"dropdown-menu"', '"dropdown-menu" style="left: 100vw"'),
-    'icon-only-menu-item': ('the launch menu has an item without words: #c',
-                            '>Colab</a>', '><img src="pixel.svg" alt=""></a>'),
-    'two-search-boxes': ('2 search boxes shown', CHAPTERS, CHAPTERS + 2 * (
-        '<button class="search-button-field">Search</button>')),
+    # wide_element_problems
     'wide-element': ('wider than the screen: <div> from 8 to 708 px: "a wide table"',
                      '</article>',
                      '<div style="width: 700px">a wide table</div></article>'),
+    # cut_code_problems
     'cut-code': ("code block cut, it scrolls sideways: 'ooo", '</article>',
                  f"<pre>{'o' * 89}</pre></article>"),
 }
@@ -162,17 +144,20 @@ for (const box of document.querySelectorAll('.dropdown')) {
     solution=SOLUTION_CODE, figure=FIGURE_INPUT, alt=ALT)
 
 CODE_DEFECTS = {
+    # code_width_problems
     'wide-code': ("code cell wider than 88 columns (89): cell 'import torch'",
                   'x</pre>', 'xz</pre>'),
+    # solution_problems
     'split-solution': ('Solution to exercise 1: split in two', SOLUTION_CODE + '</div>',
                        '</div><div class="cell tag_hide-cell">'
                        + HIDDEN.format('content', SOLUTION_CODE) + '</div>'),
-    'figure-alt-file-name': ('alt text is a file name', ALT, '../_images/1f3a9c.png'),
+    # alt_text_problems
     'figure-no-alt': ('figure without alt text', ALT, ''),
-    'figure-toggle': ("'Show code cell source' toggle", FIGURE_INPUT,
-                      HIDDEN.format('source', FIGURE_INPUT)),
+    # authoring_mark_problems
     'noqa': ('linter mark in the code', 'torch\n', 'torch  # noqa: E402\n'),
+    # figure_size_problems
     'small-figure': ('figure shown 120 px wide', '<img ', '<img style="width: 120px" '),
+    # open_solution (with_code)
     'dead-solution': ('the solution does not open', 'title.addEventListener',
                       '// title.addEventListener'),
 }
