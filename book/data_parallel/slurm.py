@@ -16,6 +16,7 @@ job starts without SLURM_CONF (stop says so). If the process that started the cl
 killed instead (no exit hook runs), its watchdog does the same (cluster_watchdog.py).
 """
 import atexit
+import contextlib
 import os
 import secrets
 import shutil
@@ -274,7 +275,8 @@ class LocalCluster:
         if self.folder is None:  # never started: nothing to stop
             return
         if not all(processes.ended(p) for _, p in self.daemons):
-            self.run('scancel', f'--partition={PARTITION}', check=False)
+            with contextlib.suppress(subprocess.TimeoutExpired):  # jobs killed below
+                self.run('scancel', f'--partition={PARTITION}', check=False)
             # the daemons and their helpers (slurmctld's slurmscriptd) go last
             daemons = {p.pid for _, p in self.daemons}
             daemons |= {pid for pid, _ in processes.descendants(daemons)}

@@ -170,6 +170,27 @@ def test_a_cluster_whose_owner_is_killed_leaves_nothing(tmp_path, watchdog_kille
             shutil.rmtree(sockets, ignore_errors=True)
 
 
+def test_stop_goes_on_when_scancel_runs_out_of_time(tmp_path, monkeypatch):
+    """A wedged slurmctld (rel.md L4): scancel's 60 s run out, and stop still ends the
+    daemons and removes the folders, instead of raising with everything left."""
+    cluster = slurm.LocalCluster(tmp_path / 'slurm')  # a stand-in: no SLURM needed
+    cluster.sockets = tmp_path / 'sockets'
+    for folder in (cluster.folder, cluster.sockets):
+        folder.mkdir()
+    daemon = subprocess.Popen(['sleep', '60'], start_new_session=True)
+    cluster.daemons = [('slurmctld', daemon)]
+
+    def wedged(*argv, check=True):
+        raise subprocess.TimeoutExpired(argv, 60)
+    monkeypatch.setattr(cluster, 'run', wedged)
+    monkeypatch.setattr(cluster, 'members', dict)  # none but the stand-in daemon
+    try:
+        cluster.stop(grace=5)
+    finally:
+        daemon.kill()
+    assert daemon.wait() == -signal.SIGTERM  # stop's own signal, not this kill
+    assert not cluster.folder.exists() and not cluster.sockets.exists()
+
 def test_the_script_run_without_sbatch_says_to_submit_it():
     done = subprocess.run(['bash', str(SCRIPT)], capture_output=True, text=True,
                           timeout=30, env={'PATH': '/usr/bin:/bin'})
