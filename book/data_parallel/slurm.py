@@ -35,7 +35,8 @@ from .paths import DATA_ENV
 TOOLS = ('munged', 'slurmctld', 'slurmd', 'sbatch', 'srun', 'squeue', 'sinfo',
          'scontrol', 'scancel')
 PARTITION = 'book'
-FAILED = ('FAILED', 'CANCELLED', 'TIMEOUT', 'NODE_FAIL', 'OUT_OF_MEMORY')  # job states
+FAILED = ('FAILED', 'CANCELLED', 'TIMEOUT', 'NODE_FAIL', 'OUT_OF_MEMORY', 'PREEMPTED',
+          'BOOT_FAIL', 'DEADLINE')  # the states a job ends in, COMPLETED aside
 # the DDP program as a batch job: what a reader copies to a real cluster
 BATCH_SCRIPT = Path(__file__).with_name('train_ddp.sbatch')
 
@@ -161,10 +162,11 @@ class LocalCluster:
 
     def wait(self, job, state='COMPLETED', timeout=300):
         """Wait until the job is in state; its number of restarts so far."""
-        deadline = time.monotonic() + timeout
+        deadline, rank = time.monotonic() + timeout, {'PENDING': 0, 'RUNNING': 1}
         while (now := self._job(job))['JobState'] != state:
-            ended = now['JobState'] in FAILED
-            if ended or 'held' in now['Reason'] or time.monotonic() > deadline:
+            at = now['JobState']  # past state: ended, or RUNNING when PENDING is asked
+            past = at in ('COMPLETED', *FAILED) or rank.get(at, -1) > rank.get(state, 2)
+            if past or 'held' in now['Reason'].lower() or time.monotonic() > deadline:
                 raise RuntimeError(f"job {job} is {now['JobState']} ({now['Reason']}), "
                                    f"not {state}: see its output file")
             time.sleep(0.1)

@@ -191,6 +191,48 @@ def test_stop_goes_on_when_scancel_runs_out_of_time(tmp_path, monkeypatch):
     assert daemon.wait() == -signal.SIGTERM  # stop's own signal, not this kill
     assert not cluster.folder.exists() and not cluster.sockets.exists()
 
+
+def stand_in(monkeypatch, *states):
+    """A cluster whose job 7 goes through states ((JobState, Reason) each) and stays in
+    the last, without SLURM; and the list of the states that wait has seen."""
+    cluster, seen = slurm.LocalCluster(), []
+
+    def show_job(job):
+        state, reason = states[min(len(seen), len(states) - 1)]
+        seen.append(state)
+        return {'JobState': state, 'Reason': reason, 'Restarts': '1'}
+    monkeypatch.setattr(cluster, '_job', show_job)
+    return cluster, seen
+
+
+@pytest.mark.parametrize('asked, state, reason', [
+    ('RUNNING', 'COMPLETED', 'None'), ('PENDING', 'RUNNING', 'None'),
+    *[('COMPLETED', end, 'None')
+      for end in ('PREEMPTED', 'BOOT_FAIL', 'DEADLINE', 'OUT_OF_MEMORY')],
+    ('RUNNING', 'PENDING', 'JobHeldUser'), ('COMPLETED', 'PENDING', 'JobHeldAdmin')])
+def test_a_wait_ends_at_a_state_past_the_one_asked_or_a_hold(monkeypatch, asked, state,
+                                                              reason):
+    """At the first look, in one line (not after its timeout, here 2 s)."""
+    cluster, seen = stand_in(monkeypatch, (state, reason))
+    with pytest.raises(RuntimeError) as error:
+        cluster.wait('7', asked, timeout=2)
+    assert str(error.value) == (f'job 7 is {state} ({reason}), not {asked}: see its '
+                                'output file')
+    assert seen == [state]
+
+
+def test_a_wait_goes_on_through_the_states_before_the_one_asked(monkeypatch):
+    """A job queued, run, requeued (it ends its run, then waits again) and run again."""
+    states = ['PENDING', 'CONFIGURING', 'RUNNING', 'COMPLETING', 'PENDING', 'RUNNING',
+              'COMPLETED']
+    cluster, seen = stand_in(monkeypatch, *[(state, 'None') for state in states])
+    assert cluster.wait('7', timeout=10) == 1  # its Restarts
+    assert seen == states
+    cluster, seen = stand_in(monkeypatch, ('PENDING', 'Priority'),
+                             ('CONFIGURING', 'None'), ('RUNNING', 'None'))
+    assert cluster.wait('7', 'RUNNING', timeout=10) == 1 and len(seen) == 3
+
+
 def test_the_script_run_without_sbatch_says_to_submit_it():
     done = subprocess.run(['bash', str(SCRIPT)], capture_output=True, text=True,
                           timeout=30, env={'PATH': '/usr/bin:/bin'})
@@ -263,7 +305,8 @@ def test_more_nodes_than_the_partition_has_is_one_line(cluster, tmp_path):
 def test_no_cluster_starts_without_its_tools_or_as_another_user(tmp_path, monkeypatch):
     monkeypatch.setattr(slurm.sys, 'platform', 'linux')  # the checks after Linux's
     monkeypatch.setattr(slurm.shutil, 'which', lambda tool: None)
-    with pytest.raises(slurm.ClusterUnavailable, match='`apt-get install -y slurm-wlm munge`'):
+    with pytest.raises(slurm.ClusterUnavailable,
+                       match='`apt-get install -y slurm-wlm munge`'):
         slurm.LocalCluster(tmp_path / 'a').start()
     monkeypatch.setattr(slurm.shutil, 'which', lambda tool: f'/usr/bin/{tool}')
     monkeypatch.setattr(slurm.os, 'geteuid', lambda: 1000)
