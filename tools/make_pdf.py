@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import data_parallel as dp
-from tests.browser import pagecheck
+from tools.browser import chromium, load, serve
 
 ROOT = dp.repo_root()
 SINGLEHTML = ROOT / '_build' / 'singlehtml'
@@ -64,8 +64,8 @@ def print_book(singlehtml, pdf):
     page = singlehtml / 'book.html'
     page.write_bytes((singlehtml / 'book' / 'intro.html').read_bytes())
     profile = singlehtml.parent / '.chromium-profile-pdf'
-    with pagecheck.serve(singlehtml) as base_url, pagecheck.chromium(profile) as driver:
-        mathjax, _ = pagecheck.load(driver, base_url + page.name)
+    with serve(singlehtml) as base_url, chromium(profile) as driver:
+        mathjax, _ = load(driver, base_url + page.name)
         if mathjax != 'ok':
             sys.exit(f'make_pdf: math not typeset (MathJax: {mathjax})')
         broken = driver.execute_script(BROKEN_IMAGES_JS)

@@ -18,8 +18,8 @@ def pytest_ignore_collect(collection_path, config):
 
 @pytest.fixture(scope='session')
 def browser(tmp_path_factory):
-    from tests.browser import pagecheck
+    from tools.browser import chromium
     # a profile of its own (each pytest-xdist worker has its own temp folder):
     # Chromium locks the profile it runs in
-    with pagecheck.chromium(tmp_path_factory.mktemp('chromium') / 'profile') as driver:
+    with chromium(tmp_path_factory.mktemp('chromium') / 'profile') as driver:
         yield driver

@@ -1,33 +1,18 @@
 """Open pages of the built book in headless Chromium; list what a reader sees wrong:
 check_page and the *_problems functions return readable problems (none: all fine)."""
 import base64
-import contextlib
 import functools
 import html.parser
-import http.server
 import json
-import os
 import re
-import shutil
-import signal
-import threading
 import time
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 
-CHROMIUM = os.environ.get('CHROMIUM', '/usr/bin/chromium')
-CHROMEDRIVER = os.environ.get('CHROMEDRIVER', '/usr/bin/chromedriver')
-# Chromium as root, with no network, no background traffic, a throwaway profile.
-CHROMIUM_FLAGS = [
-    '--headless=new', '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync',
-    '--disable-default-apps', '--disable-extensions', '--no-first-run',
-    '--no-default-browser-check', '--metrics-recording-only', '--mute-audio',
-    '--window-size=1280,900', '--hide-scrollbars', '--force-device-scale-factor=1',
-]
+from tools.browser import PAGE_TIMEOUT_S, exists, load, wait
+
 # Lexers whose blocks are plain text by design (cell outputs, literal blocks).
 PLAIN_LEXERS = {'none', 'text', 'default', 'myst-ansi', 'output', 'console-output'}
-PAGE_TIMEOUT_S = 30
 PHONE, DESKTOP = 400, 1400          # CSS pixels: a phone held upright, a laptop window
 MAX_COLUMNS = 88                    # the house limit for code lines (CONTRIBUTING.md)
 # What each toggle must open: (problem name, button, links that must become clickable).
@@ -38,84 +23,6 @@ TOGGLES = (
 # The article header's menus, each a button and links (a.dropdown-item): (name, menu).
 MENUS = (('launch menu', '.dropdown-launch-buttons'),
          ('download menu', '.dropdown-download-buttons'))
-
-
-# --------------------------------------------------------------- serving and browsing
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
-@contextlib.contextmanager
-def serve(directory):
-    """Serve `directory` at http://127.0.0.1:<free port>/ from a thread."""
-    handler = functools.partial(_QuietHandler, directory=str(directory))
-    server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f'http://127.0.0.1:{server.server_address[1]}/'
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
-
-
-@contextlib.contextmanager
-def chromium(user_data_dir, env=None):
-    """Headless Chromium under chromedriver, fresh profile, `env` added; always quit."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    for path in (CHROMIUM, CHROMEDRIVER):
-        if not Path(path).exists():
-            raise FileNotFoundError(f'{path} is missing: run `make chromium` '
-                                    '(apt-get install chromium chromium-driver)')
-    user_data_dir = Path(user_data_dir)
-    shutil.rmtree(user_data_dir, ignore_errors=True)
-    user_data_dir.mkdir(parents=True)
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in CHROMIUM_FLAGS + [f'--user-data-dir={user_data_dir}']:
-        options.add_argument(flag)
-    options.set_capability('goog:loggingPrefs', {'browser': 'ALL'})
-    log = user_data_dir.with_name(user_data_dir.name + '.chromedriver.log')
-    service = Service(executable_path=CHROMEDRIVER, log_output=str(log),
-                      env={**os.environ, **env} if env else None)
-    driver = webdriver.Chrome(service=service, options=options)
-    try:
-        driver.set_page_load_timeout(PAGE_TIMEOUT_S)
-        driver.set_script_timeout(PAGE_TIMEOUT_S)
-        yield driver
-    finally:
-        driver.quit()          # stops chromedriver, which closes the browser
-        _reap(f'--user-data-dir={user_data_dir}')
-
-
-def _reap(marker, timeout=10):
-    """Wait for the browser processes started with `marker` to exit; kill stragglers."""
-    def ours():
-        pids = []
-        for proc in Path('/proc').glob('[0-9]*'):
-            with contextlib.suppress(OSError):        # the process may be gone already
-                if marker.encode() in (proc / 'cmdline').read_bytes():
-                    pids.append(int(proc.name))
-        return pids
-    _wait(lambda: not ours(), timeout, step=0.1)
-    for pid in ours():
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def _wait(predicate, timeout=PAGE_TIMEOUT_S, step=0.05):
-    """Poll `predicate` until it is truthy or `timeout` seconds pass; its last value."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    return predicate()
 
 
 _HELPERS_JS = r"""
@@ -154,40 +61,7 @@ def _run(driver, script, *args):
 
 def _until(driver, script, *args, timeout=PAGE_TIMEOUT_S):
     """Run `script` (as _run does) until it returns something truthy or time is up."""
-    return _wait(lambda: _run(driver, script, *args), timeout)
-
-
-def _exists(driver, css):
-    """Whether the page has an element matching `css`."""
-    return driver.execute_script('return !!document.querySelector(arguments[0])', css)
-
-
-def _mathjax(driver):
-    """'ok' once MathJax has typeset the page, else what went wrong."""
-    up = 'return !!(window.MathJax && MathJax.version && MathJax.startup.promise)'
-    if not _until(driver, up, timeout=PAGE_TIMEOUT_S / 2):
-        return 'MathJax did not start'
-    return driver.execute_async_script(
-        'const done = arguments[0];'
-        "MathJax.startup.promise.then(() => done('ok'), e => done('error: ' + e));")
-
-
-def load(driver, url):
-    """Open `url`, wait for it, its images, MathJax: (MathJax's state, redirected)."""
-    driver.get_log('browser')                          # drop what earlier pages logged
-    driver.get(url)
-    _until(driver, "return document.readyState === 'complete'")
-    # Jupyter Book's index.html is a bare redirect (meta refresh) to the root page.
-    if _exists(driver, 'meta[http-equiv=refresh]'):
-        _wait(lambda: driver.current_url != url, timeout=5)
-        _until(driver, "return document.readyState === 'complete'")
-    driver.execute_script("document.querySelectorAll('img[loading=lazy]')"
-                          ".forEach(i => i.loading = 'eager')")
-    _until(driver, 'return Array.from(document.images).every(i => i.complete)',
-           timeout=10)
-    mathjax = _mathjax(driver) if _exists(driver, 'script[src*=mathjax]') else None
-    time.sleep(0.2)                 # let deferred scripts (toggle buttons...) settle
-    return mathjax, driver.current_url != url
+    return wait(lambda: _run(driver, script, *args), timeout)
 
 
 def screenshot(driver, path, max_height=12000):
@@ -455,7 +329,7 @@ def toggle_problems(driver, name, button_css, target_css):
     """The visible `button_css` opens `target_css` (and closes it when it was open)."""
     width = _width(driver)
     load(driver, driver.current_url)           # afresh: no panel left open by a click
-    if not _exists(driver, target_css):
+    if not exists(driver, target_css):
         return []                              # nothing to open on this page
     buttons = _buttons(driver, button_css)
     was_open = _clickable(driver, target_css)
@@ -464,7 +338,7 @@ def toggle_problems(driver, name, button_css, target_css):
                                     'opens is not shown']
     if not _click(driver, buttons[0]):
         return [f'{width}px: the {name} cannot be clicked (covered)']
-    if _wait(lambda: _clickable(driver, target_css) != was_open, timeout=3):
+    if wait(lambda: _clickable(driver, target_css) != was_open, timeout=3):
         # if it closed what was open, a second click must bring it back
         if not was_open or (_click(driver, buttons[0])
                             and _clickable(driver, target_css, timeout=3)):

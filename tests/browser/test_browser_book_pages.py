@@ -16,6 +16,7 @@ import yaml
 from tests import chapters
 from tests.browser import pagecheck
 from tests.browser.book import BUILD, ROOT, toc_files
+from tools.browser import load, serve
 
 HTML = BUILD / 'html'
 SHOTS = BUILD / 'screenshots'
@@ -63,7 +64,7 @@ def report(rel, problems):
 
 @pytest.fixture(scope='module')
 def site():
-    with pagecheck.serve(HTML) as url:
+    with serve(HTML) as url:
         yield url
 
 
@@ -168,7 +169,7 @@ def test_front_matter(browser, site):
     cfg = config()
     assert not any(p in str(cfg) for p in PLACEHOLDERS), 'template text in _config.yml'
     assert cfg.get('logo'), '_config.yml sets no logo'
-    pagecheck.load(browser, site + 'index.html')
+    load(browser, site + 'index.html')
     facts = browser.execute_script(r"""
       const logo = document.querySelector('img.logo__image');
       return {title: document.title,
@@ -194,7 +195,7 @@ def test_front_matter(browser, site):
 @pytest.mark.parametrize('rel', pages())
 def test_code_fits_88_columns(browser, site, rel):
     """Code cells, text outputs and code blocks: no line over pagecheck.MAX_COLUMNS."""
-    pagecheck.load(browser, site + rel)
+    load(browser, site + rel)
     problems = pagecheck.code_width_problems(browser)
     assert not problems, report(rel, problems)
 
@@ -205,7 +206,7 @@ def test_every_screen(browser, site, rel, width):
     """Buttons and menus work, a solution opens with its code, nothing wider than a
     phone."""
     browser.set_window_size(width, 900)
-    pagecheck.load(browser, site + rel)
+    load(browser, site + rel)
     problems = pagecheck.navigation_problems(browser)
     if width == pagecheck.PHONE:
         problems += pagecheck.wide_element_problems(browser)
@@ -215,7 +216,7 @@ def test_every_screen(browser, site, rel, width):
     shot = shot_name(rel, f'--{width}px--solution')
     if pagecheck.open_solution(browser, with_code=True, shot=shot) is False:
         problems.append(f'{width}px: a solution did not open with its code inside')
-    pagecheck.load(browser, site + rel)
+    load(browser, site + rel)
     if pagecheck.open_chapter_list(browser):
         browser.save_screenshot(str(shot_name(rel, f'--{width}px--chapter-list')))
     assert not problems, report(f'{rel} at {width}px', problems)
@@ -226,7 +227,7 @@ def test_intro_explains_save_and_links_the_package(browser, site):
     cfg = config()
     folder = (f"{cfg['repository']['url'].rstrip('/')}/tree/"
               f"{cfg['repository']['branch']}/book/data_parallel")
-    pagecheck.load(browser, site + 'book/intro.html')
+    load(browser, site + 'book/intro.html')
     text, hrefs = browser.execute_script(r"""
       return [document.querySelector('article').textContent,
               Array.from(document.querySelectorAll('article a[href]'))
@@ -247,7 +248,7 @@ def test_a_page_says_its_language(browser, site, doc):
     """`<html lang>` is the front matter's `lang` (book_html_fixes), and a page written
     in Chinese has one: the browser picks the font and glyph forms of Chinese by it."""
     wanted = front_matter(ROOT / f'{doc}.md').get('lang')
-    pagecheck.load(browser, site + f'{doc}.html')
+    load(browser, site + f'{doc}.html')
     lang, text = browser.execute_script(
         "return [document.documentElement.lang, "
         "document.querySelector('article').textContent];")

@@ -12,6 +12,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
 from tests.browser import pagecheck
+from tools.browser import chromium, load, serve
 
 MATHJAX = Path(__file__).resolve().parents[2] / '_vendor' / 'mathjax'
 CODE = 'total = sum(g for g in grads)  # all-reduce\n'
@@ -184,7 +185,7 @@ def site(tmp_path_factory):
     (root / 'wide.svg').write_text(SVG.format(800, 100))
     (root / 'other.html').write_text('<html><body><h2 id="target">T</h2></body></html>')
     (root / 'nb.ipynb').write_text(NOTEBOOK)
-    with pagecheck.serve(root) as url:
+    with serve(root) as url:
         yield root, url
 
 
@@ -193,7 +194,7 @@ def open_page(browser, site, name, html, width=pagecheck.DESKTOP):
     root, url = site
     (root / name).write_text(html)
     browser.set_window_size(width, 900)
-    pagecheck.load(browser, url + name)
+    load(browser, url + name)
 
 
 def page_problems(browser, site, name, html, width=pagecheck.DESKTOP):
@@ -252,7 +253,7 @@ def test_each_defect_is_caught(browser, site, find, page, defect, phrase, old, n
 def test_chinese_text_without_a_cjk_font_is_caught(site, tmp_path):
     conf = tmp_path / 'fonts.conf'
     conf.write_text(NO_CJK_FONTS)
-    with pagecheck.chromium(tmp_path / 'profile',
+    with chromium(tmp_path / 'profile',
                            env={'FONTCONFIG_FILE': str(conf)}) as no_cjk:
         open_page(no_cjk, site, 'code-good.html', CODE_PAGE)
         problems = pagecheck.cjk_glyph_problems(no_cjk)
@@ -266,7 +267,7 @@ def test_removed_snippets_skips_short_and_shared_lines(tmp_path):
 
 def test_server_stops_and_frees_its_port(tmp_path):
     (tmp_path / 'x.html').write_text('x')
-    with pagecheck.serve(tmp_path) as url:
+    with serve(tmp_path) as url:
         assert urllib.request.urlopen(url + 'x.html', timeout=5).read() == b'x'
         port = int(url.rsplit(':', 1)[1].strip('/'))
     with pytest.raises(OSError), socket.create_connection(('127.0.0.1', port), 2):

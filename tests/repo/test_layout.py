@@ -139,3 +139,11 @@ def test_no_test_module_imports_a_test_module_or_a_conftest():
              for name in import_names(path, [*path.parent.relative_to(ROOT).parts])
              if re.search(r'(^|\.)(test_\w+|conftest)(\.|$)', name)]
     assert not found, found
+
+
+def test_tools_import_no_tests():
+    """tests/ may drive tools/ (tools/browser.py's Chromium), never the other way."""
+    found = [f'{path.name}: {name}' for path in sorted((ROOT / 'tools').glob('*.py'))
+             for name in import_names(path, ['tools'])
+             if name == 'tests' or name.startswith('tests.')]
+    assert not found, found
