@@ -47,7 +47,8 @@ def build(variant, args, device):
     bucket_mb = args.bucket_mb if variant == 'buckets' else ONE_BUCKET_MB
     ddp = nn.parallel.DistributedDataParallel(
         model, device_ids=devices.ddp_device_ids(device), bucket_cap_mb=bucket_mb)
-    if variant == 'fp16':  # divided by k, cast to 16 bits, summed: the mean
+    if variant == 'fp16':  # cast to 16 bits, then divided by k, summed: the mean
+        # torch 2.14.1, default_hooks._compress_hook: buffer.to(dtype).div_(world_size)
         ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
     if variant == 'powersgd':  # low-rank factors P, Q of each matrix, error fed back
         state = powerSGD_hook.PowerSGDState(
