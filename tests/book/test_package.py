@@ -132,6 +132,18 @@ def test_install_cell_fails_in_one_line_that_says_what_to_do(monkeypatch, capsys
     assert ': pip exited with 1. Offline?' in failure_line(monkeypatch, b'\n')
 
 
+def test_install_cell_gives_up_on_a_stalled_download_in_one_line(monkeypatch):
+    """pip without an answer (a proxy, say) ends after 600 s in the one line."""
+    def stalled(args, **kwargs):
+        raise subprocess.TimeoutExpired(args, kwargs['timeout'])
+    monkeypatch.setattr(importlib.util, 'find_spec', lambda name, *a: None)
+    monkeypatch.setattr(subprocess, 'run', stalled)
+    with pytest.raises(Exception) as failed:
+        exec(INSTALL, {})
+    line, = failed.value._render_traceback_()
+    assert 'error: no answer in 600 s. Offline? Set MULTIGPU_BOOK_PACKAGE' in line, line
+
+
 def test_install_cell_installs_the_pinned_tag(monkeypatch, capsys):
     calls = run_install_cell(monkeypatch, returncode=0)
     assert calls == [[sys.executable, '-m', 'pip', 'install', '-q',
