@@ -90,11 +90,9 @@ def main(paths):
         try:
             print(f'{name}: executed in {execute(Path(name)):.0f} s', flush=True)
         except NotSaved as reason:
-            print(reason, file=sys.stderr, flush=True)
-            refused.append(name)
+            refused.append(str(reason))
     if refused:
-        sys.exit(f'{len(refused)} of {len(paths)} notebooks not saved (above): '
-                 f'{", ".join(refused)}')
+        sys.exit('\n'.join(refused))  # a line for each notebook not saved, at the end
 
 
 if __name__ == '__main__':
