@@ -199,7 +199,7 @@ def table_rows(t, ddp, rings, fig, n):
     rows += [('Cost model, DDP step (predicted / measured - 1)', None, None, None)]
     rows += [(f'error at k = {k}', error, f'within +-{MODEL_ERROR}',
               lambda x: abs(x) < MODEL_ERROR) for k, error in fig['errors'].items()]
-    if fig.get('resnet_speedup') is not None:  # two GPUs or more
+    if fig['resnet_speedup'] is not None:  # two GPUs or more
         rows += [('ResNet-18 on GPUs (chapter 7)', None, None, None),
                  ('epoch time, 1 GPU / 2 GPUs', fig['resnet_speedup'],
                   f'>= {RESNET_SPEEDUP}', lambda x: x >= RESNET_SPEEDUP)]
