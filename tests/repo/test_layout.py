@@ -16,7 +16,7 @@ LAYERS = {
                       'data', 'launch', 'network', 'processes', 'slurm',
                       'cluster_watchdog'}),
     'taught': (1, {'scratch', 'collectives', 'performance', 'sharding', 'models',
-                  'tensor_parallel', 'pipeline'}),
+                  'tensor_parallel', 'pipeline', 'experts'}),
     'program': (2, {'train_ddp'}),
     'top': (3, {'figures', 'jobs'}),
 }
