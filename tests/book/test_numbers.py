@@ -129,17 +129,12 @@ def test_every_allowed_number_says_where_it_comes_from():
         assert len(source) > 10, entry
 
 
-@pytest.mark.parametrize('planted, caught', [
-    ('Here one epoch took 1.84 s.', True),         # a decimal
-    ('The loop spent 37 % of the step waiting.', True),  # a percentage
-    ('Two processes were 1.7x as fast.', True),    # a ratio
-    ('It took {glue:text}`epoch_seconds:.2f` s.', False),  # glued: fine
-    ('With learning rate 0.3 it diverged.', False),  # a setting
-])
-def test_a_planted_number_is_caught(planted, caught):
+# A percentage is shown matched by the entries above ('79 % of the values'); a glued
+# value or a setting wrongly caught would fail the test on the chapters themselves
+@pytest.mark.parametrize('planted', ['Here one epoch took 1.84 s.',
+                                     'Two processes were 1.7x as fast.'])
+def test_a_planted_number_is_caught(planted):
     texts = chapter_texts()
     texts['07'].append(prose(planted))  # as if a Markdown cell of chapter 7 said it
     offenders, _ = unexplained(texts)
-    assert bool(offenders) == caught, offenders
-    if caught:
-        assert len(offenders) == 1 and offenders[0].startswith('07: '), offenders
+    assert len(offenders) == 1 and offenders[0].startswith('07: '), offenders
