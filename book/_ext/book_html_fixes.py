@@ -67,6 +67,11 @@ def _add_css(app):
 
 
 def _dedupe_scripts(app, pagename, templatename, context, doctree):
+    """Drop a page's repeated scripts: Sphinx 7.4 adds one registered as None twice.
+
+    Fixed upstream by https://github.com/sphinx-doc/sphinx/pull/13402 (March 2025):
+    remove this once the pinned Sphinx has it and no page throws THEBE_JS_URL's error.
+    """
     scripts = context.get('script_files')
     if not scripts:
         return
