@@ -1,14 +1,13 @@
-"""data_parallel.train_ddp: DDP matches the from-scratch trainer, runs on two "machines"
-and leaves no process behind (killed workers: test_snapshots.py). Every job runs on the
-CPU (gloo) with a small slice of Fashion-MNIST."""
-import socket
-
+"""data_parallel.train_ddp where chapter 7 does not go: a second epoch against the
+from-scratch trainer, ResNet-18 on the CPU (the chapter's two "machines" on the
+loopback: cells 30-32; killed workers: test_snapshots.py). Every job runs on the CPU
+(gloo) with a small slice of Fashion-MNIST, and leaves no process behind."""
 import pytest
 import torch
 from torch.utils.data.distributed import DistributedSampler
 
 import data_parallel as dp
-from data_parallel import CPU_ONLY, launch
+from data_parallel import launch
 from tests.jobs.helpers import record_of, torchrun
 
 pytestmark = pytest.mark.slow  # every test here starts torchrun jobs
@@ -22,7 +21,8 @@ def job(tmp_path, fashion_root, leftovers):
 
 
 def test_two_processes_match_one_process_with_the_full_batch(job):
-    """DDP (2 processes x 128) ends with dp.train_batch's parameters (batch 256)."""
+    """DDP (2 processes x 128) ends with dp.train_batch's parameters (batch 256); the
+    chapter's cell 26 checks one epoch, a second needs DistributedSampler.set_epoch."""
     num_train, batch_size, lr, num_epochs = 1000, 256, 0.2, 2  # last batch: 232
     snapshot = job / 'ddp.pt'
     torchrun(launch.TRAINER, 2, '--num-train', num_train, '--num-test', 100,
@@ -48,27 +48,6 @@ def test_two_processes_match_one_process_with_the_full_batch(job):
         torch.testing.assert_close(ddp_p, p.detach(), rtol=1e-4, atol=1e-6)
     moved = max((p.detach() - p0).abs().max().item() for p, p0 in zip(params, initial))
     assert moved > 1e-3  # the comparison is not between two untouched initialisations
-
-
-def test_two_machines_on_localhost(job):
-    """The chapter's two-node commands (ADDR=127.0.0.1, the loopback): 2 x 2 processes."""
-    port = launch.free_port()
-    args = ['--epochs', 1, '--num-train', 1024, '--num-test', 200,
-            '--snapshot', job / 'two_nodes.pt']  # job's path: the leftover check
-    lo = launch.loopback_interface()  # as the chapter finds it (macOS: lo0)
-    commands = [launch.multinode_command(node_rank, '127.0.0.1', port, lo, args)
-                for node_rank in (0, 1)]
-    shown = launch.show_command(*commands[1])
-    assert f'GLOO_SOCKET_IFNAME={lo}' in shown
-    assert '--node-rank=1 --rdzv-endpoint=127.0.0.1:' in shown
-    node0, node1 = launch.launch(*commands, env=CPU_ONLY, timeout=300)
-    assert 'epoch 1: test accuracy' in node0 and node1 == ''  # only global rank 0 logs
-    result = dp.read_result(node0)
-    assert result['world_size'] == 4 and result['backend'] == 'gloo'
-    assert len(result['accuracies']) == 1
-    with socket.socket() as s:  # the rendezvous port is free again
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(('127.0.0.1', port))
 
 
 def test_resnet18_tiny_configuration(job):

@@ -1,41 +1,24 @@
-"""The performance chapter's multi-process measurements, in a tiny configuration."""
+"""perf_workers where chapter 8 does not look: what echo shows, a throttled wire."""
 import pytest
 import torch
 
-import data_parallel as dp
 from data_parallel import launch
 from data_parallel.jobs import perf_workers
 
 pytestmark = [pytest.mark.slow,  # every test here starts torchrun jobs
               pytest.mark.skipif(torch.cuda.device_count() >= 2,
-                                 reason='checks the CPU device model (gloo, one core)')]
+                                 reason='gloo on the CPU: the throttle paces loopback')]
 
 
-def test_train_records_every_variant_and_streams_one_line_each(fashion_root, capsys):
-    records = launch.run(perf_workers, 2, 'train', '--batch-size', 64, 96, '--steps', 2,
-                         '--warmup', 1, '--impls', 'nosync', 'ddp', 'flat',
-                         timeout=300, echo=True)
+def test_train_streams_one_line_per_variant_and_no_record(fashion_root, capsys):
+    """echo=True; the records themselves chapter 8 checks (cells 46, 51, 52)."""
+    records = launch.run(perf_workers, 2, 'train', '--batch-size', 64, 96, '--steps', 1,
+                         '--warmup', 0, '--impls', 'nosync', 'ddp', timeout=300,
+                         echo=True)
     lines = capsys.readouterr().out.splitlines()
     assert [r['batch_size'] for r in records] == [64, 96]
-    for record in records:
-        assert record['world_size'] == 2 and record['backend'] == 'gloo'
-        assert record['threads'] == 1  # the CPU device model: one core per process
-        assert record['per_device_batch'] == record['batch_size'] // 2
-        for impl in ('nosync', 'ddp', 'flat'):
-            assert record[impl]['step_seconds'] > 0
-        # DDP and the flat buffer reach the same parameters; nosync (no allreduce) is
-        # left out, as each process trained on its own shard only
-        assert record['max_difference'] < 1e-5
     measured = [line for line in lines if ' ms per step' in line]
-    assert len(measured) == 6 and not any(line.startswith('RESULT') for line in lines)
-
-
-def test_allreduce_at_lenets_size_is_exact(capsys):
-    num_values = sum(p.numel() for p in dp.init_lenet_params())
-    result = launch.run(perf_workers, 2, 'allreduce', '--mb', num_values * 4 / 1e6,
-                        '--repeats', 1, timeout=300)
-    assert result['checked'] and result['num_values'] == num_values
-    assert capsys.readouterr().out == ''  # quiet unless asked to echo
+    assert len(measured) == 4 and not any(line.startswith('RESULT') for line in lines)
 
 
 def test_a_throttled_allreduce_takes_the_time_the_rate_predicts(throttle):
