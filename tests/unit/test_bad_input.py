@@ -93,6 +93,12 @@ def test_launch_passes_good_job_arguments(module, args):
 @pytest.mark.parametrize('case, call, line', [
     (21, lambda: dp.split_batch(torch.zeros(4, 1), torch.zeros(4), []),
      'devices=[]: pass one device or more: dp.get_devices(1).'),
+    ('shards', lambda: dp.split_batch(torch.zeros(3, 1), torch.zeros(3), ['cpu'] * 4),
+     'a batch of 3 examples cannot feed 4 devices: use a batch of at least 4 examples, '
+     'or fewer devices.'),
+    ('shards', lambda: dp.split_batch(torch.zeros(5, 1), torch.zeros(4), ['cpu']),
+     'X holds 5 examples but y holds 4 labels: pass the features and labels of the '
+     'same minibatch.'),
     (22, lambda: dp.replica_bytes(10, 'sgdm'),
      "optimizer='sgdm': pass one of 'sgd', 'momentum', 'adam'."),
     (23, lambda: dp.bytes_per_device(10**9, 0, 1, 'adam'),
@@ -104,6 +110,8 @@ def test_launch_passes_good_job_arguments(module, args):
      'init_process_group.'),
     ('data', lambda: dp.load_fashion_mnist(0),
      'batch_size=0: use a whole number, at least 1.'),
+    ('data', lambda: dp.TensorBatches(torch.zeros(3), torch.zeros(3), 0, shuffle=False),
+     'batch_size=0: use a whole number, at least 1.'),
     ('data', lambda: dp.load_fashion_mnist(2.5),
      'batch_size=2.5: use a whole number, at least 1.'),
     ('data', lambda: dp.load_fashion_mnist(64, num_train=0),
@@ -114,6 +122,10 @@ def test_launch_passes_good_job_arguments(module, args):
      'X holds 3 examples but y holds 2 labels.'),
     ('devices', lambda: dp.get_devices(True),
      'k=True: ask for a whole number of devices, at least 1.'),
+    ('devices', lambda: dp.get_devices(0),
+     'k=0: ask for a whole number of devices, at least 1.'),
+    ('devices', lambda: dp.get_devices(1.5),
+     'k=1.5: ask for a whole number of devices, at least 1.'),
 ])
 def test_functions_name_the_bad_argument_in_one_line(case, call, line):
     with pytest.raises(ValueError) as error:

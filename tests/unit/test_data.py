@@ -1,4 +1,5 @@
-"""Our in-memory Fashion-MNIST loader against torchvision's, and its failures."""
+"""Our in-memory Fashion-MNIST loader against torchvision's, and its failures (chapter
+8 checks its test batches against torchvision's ToTensor loader)."""
 import concurrent.futures
 import fcntl
 import functools
@@ -22,17 +23,6 @@ import data_parallel as dp
 
 TEST_SPLIT = ('t10k-images-idx3-ubyte', 't10k-labels-idx1-ubyte')  # its two files
 FASHION = torchvision.datasets.FashionMNIST
-
-
-def test_batches_equal_torchvision_totensor(fashion_root):
-    reference = FASHION(fashion_root, train=False,
-                        transform=torchvision.transforms.ToTensor())
-    loader = torch.utils.data.DataLoader(reference, batch_size=1000, shuffle=False)
-    _, test_iter = dp.load_fashion_mnist(1000, root=fashion_root)
-    assert len(test_iter) == len(loader) == 10
-    for (X, y), (X_ref, y_ref) in zip(test_iter, loader):
-        assert X.dtype == X_ref.dtype == torch.float32
-        assert torch.equal(X, X_ref) and torch.equal(y, y_ref)
 
 
 def test_shuffled_epoch_covers_every_example_once(fashion_root):

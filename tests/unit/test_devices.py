@@ -39,8 +39,9 @@ def test_process_device_policy(nproc, num_gpus):
 
 
 @pytest.mark.parametrize('num_gpus, k, expected, line', [
-    (0, 3, ['cpu', 'cpu', 'cpu'], 'No GPU: the CPU stands in for 3 device(s)'),
-    (0, None, ['cpu'], 'No GPU: the CPU stands in for 1 device(s)'),
+    (0, 3, ['cpu', 'cpu', 'cpu'], 'No GPU: the CPU stands in for 3 device(s) (one '
+     'core each, 3 > 2 cores: oversubscribed)'),
+    (0, None, ['cpu'], 'No GPU: the CPU stands in for 1 device(s) (one core each)'),
     (2, 3, ['cuda:0', 'cuda:1', 'cuda:0'],
      'Only 2 GPU(s): they take turns as 3 devices'),
     (1, 4, ['cuda:0'] * 4, 'Only 1 GPU(s): they take turns as 4 devices'),
@@ -50,6 +51,7 @@ def test_process_device_policy(nproc, num_gpus):
 def test_get_devices_with_simulated_gpus(monkeypatch, capsys, num_gpus, k, expected,
                                          line):
     monkeypatch.setattr(torch.cuda, 'device_count', lambda: num_gpus)
+    monkeypatch.setattr(devices, 'cpu_cores', lambda: 2)
     threads = []
     monkeypatch.setattr(torch, 'set_num_threads', threads.append)
     assert dp.get_devices(k, verbose=False) == [torch.device(d) for d in expected]
@@ -58,23 +60,9 @@ def test_get_devices_with_simulated_gpus(monkeypatch, capsys, num_gpus, k, expec
     printed = capsys.readouterr().out.splitlines()
     assert len(printed) == 1 and printed[0].startswith(line)
     assert printed[0].endswith(', '.join(expected))
-    # the CPU device model: one core; GPUs keep the CPU threads, to feed them
+    # the CPU device model: each stand-in device computes with one thread (one core);
+    # GPUs keep the CPU threads, to feed them
     assert threads == ([1, 1] if num_gpus == 0 else [])
-
-
-@pytest.mark.parametrize('k, cores, share', [
-    (2, 2, '(one core each)'),
-    (4, 2, '(one core each, 4 > 2 cores: oversubscribed)'),
-])
-def test_cpu_devices_are_one_core_each(monkeypatch, capsys, k, cores, share):
-    """The CPU device model: each stand-in device computes with one thread."""
-    monkeypatch.setattr(torch.cuda, 'device_count', lambda: 0)
-    monkeypatch.setattr(dp.devices, 'cpu_cores', lambda: cores)
-    threads = []
-    monkeypatch.setattr(torch, 'set_num_threads', threads.append)
-    dp.get_devices(k)
-    assert threads == [1]
-    assert share in capsys.readouterr().out
 
 
 @pytest.mark.parametrize('num_gpus, local_rank, nproc, device, printed', [

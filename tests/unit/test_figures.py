@@ -1,4 +1,5 @@
-"""data_parallel.figures: what each figure draws, legibly, without side effects."""
+"""data_parallel.figures: what each figure draws, legibly, without side effects (the
+chapters draw them but check nothing in them: their outputs vary by machine)."""
 import itertools
 import re
 import subprocess
@@ -15,7 +16,7 @@ import torch
 
 import data_parallel as dp
 from data_parallel import figures
-from data_parallel.figures import diagrams, pipeline, plots, ring, tensor_parallel
+from data_parallel.figures import ring
 from data_parallel.pipeline import simulate
 from tests.unit.helpers import texts
 
@@ -23,39 +24,6 @@ from tests.unit.helpers import texts
 def number_counts(fig):
     """How often each whole number is drawn as a text of its own."""
     return Counter(int(s) for s in texts(fig) if s.strip().isdigit())
-
-
-PUBLIC = {  # every public name of data_parallel.figures and the module defining it
-    figures.draw: ('FIGURE_DPI', 'COLUMN_PX', 'MIN_LABEL_PX', 'figure_svg'),
-    diagrams: ('plot_split_strategies', 'plot_data_parallel_steps', 'plot_allreduce',
-               'plot_scatter', 'plot_lenet_shapes', 'BOOK_FIGURES',
-               'write_book_figures'),
-    ring: ('plot_ring_allreduce',),
-    tensor_parallel: ('plot_tensor_parallel_pair',),
-    pipeline: ('plot_pipeline_schedule',),
-    plots: ('plot_accuracy', 'plot_bandwidth', 'plot_scaling', 'plot_sharded_memory',
-            'plot_timeline')}
-
-
-def test_figures_package_reexports_its_modules():
-    """data_parallel.figures and dp offer the very objects the submodules define."""
-    assert sorted(figures.__all__) == sorted(sum(PUBLIC.values(), ()))
-    for module, names in PUBLIC.items():
-        for name in names:
-            assert getattr(figures, name) is getattr(module, name), name
-            if name.startswith(('plot_', 'write_')):
-                assert getattr(dp, name) is getattr(module, name), name
-
-
-def test_split_strategies_names_the_three_ways():
-    fig = dp.plot_split_strategies()
-    titles = [s for s in texts(fig) if s.startswith('(')]
-    assert [t[:3] for t in titles] == ['(a)', '(b)', '(c)']
-    assert 'by layers' in titles[0] and 'every layer' in titles[1]
-    assert 'data' in titles[2]
-    for ax in fig.axes:
-        assert {'GPU 0', 'GPU 1'} <= {t.get_text() for t in ax.texts}
-    assert 'sum the gradients' in texts(fig)
 
 
 @pytest.mark.parametrize('k', [1, 4])
@@ -294,27 +262,13 @@ def test_scatter_follows_torch_chunk_and_names_the_devices(devices):
     assert labels == [f'on {d}\nshape ({rows}, 5)' for d in devices]
 
 
-def test_accuracy_draws_one_line_per_run_with_its_data():
+def test_accuracy_draws_one_line_per_run_and_num_epochs_widens_the_x_axis():
     runs = {'1 GPU': [0.41, 0.62, 0.71], '2 GPUs': [0.45, 0.60, 0.73, 0.80]}
-    ax, = dp.plot_accuracy(runs).axes
-    for line, (label, accuracies) in zip(ax.get_lines(), runs.items(), strict=True):
-        assert line.get_label() == label
-        assert list(line.get_xdata()) == list(range(1, len(accuracies) + 1))
-        assert list(line.get_ydata()) == accuracies
-        assert line.get_marker() not in (None, '', 'None')
-    assert ax.get_ylabel() == 'test accuracy'
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == list(runs)
-    assert ax.get_xlim()[1] >= 4
-    # num_epochs widens the x axis beyond the epochs measured so far
-    fig = dp.plot_accuracy({'run': [0.5, 0.6]}, num_epochs=10)
-    assert fig.axes[0].get_xlim()[1] >= 10
-
-
-def test_sharded_memory_draws_each_stage():
-    ax, = BOOK_CALLS['sharded memory'][0]().axes
-    assert [line.get_label() for line in ax.lines] == ['DP', 'ZeRO-1', 'ZeRO-2',
-                                                      'ZeRO-3']
-    assert list(ax.lines[3].get_ydata()) == [16, 8, 4, 2]  # GB, ZeRO-3 falls as 1/k
+    ax, = dp.plot_accuracy(runs, num_epochs=10).axes
+    assert [(line.get_label(), list(line.get_xdata()), list(line.get_ydata()))
+            for line in ax.get_lines()] == [
+        (label, list(range(1, len(a) + 1)), a) for label, a in runs.items()]
+    assert ax.get_xlim()[1] >= 10  # the epochs still to come
 
 
 def test_bandwidth_plots_measured_points_and_the_model_line():

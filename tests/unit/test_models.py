@@ -1,4 +1,5 @@
-"""The networks the programs train: one definition each, in data_parallel.models."""
+"""The networks the programs train, in data_parallel.models (LeNet: chapter 7 checks
+that DDP training it equals the from-scratch step)."""
 import torch
 
 import data_parallel as dp
@@ -10,11 +11,6 @@ def test_resnet18_shapes():
     assert net(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
     assert 11_000_000 < sum(p.numel() for p in net.parameters()) < 11_300_000
     assert not any(isinstance(m, torch.nn.MaxPool2d) for m in net.modules())
-
-
-def test_lenet_module_is_the_from_scratch_network():
-    net, X = models.LeNet(), torch.randn(3, 1, 28, 28)
-    torch.testing.assert_close(net(X), dp.lenet(X, dp.init_lenet_params()))
 
 
 def test_deep_mlp_of_two_layers_is_mlp():
