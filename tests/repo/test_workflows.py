@@ -242,7 +242,8 @@ def check_only_mains_gpu_yml(doc, **_):
 
 
 def check_venv_and_data_outside_the_workspace(doc, tmp_path, **_):
-    """MULTIGPU_DATA and every make's venv live where checkout's clean cannot reach."""
+    """MULTIGPU_DATA and every make's venv live where checkout's clean cannot reach;
+    one venv, its Python's: a patch release leaves no old one (6 GB, gpu.md L5)."""
     checkout = find_step(doc, 'uses', '^actions/checkout@')
     assert checkout.get('with', {}).get('clean', True) is not False, \
         'clean: false would keep stale results/ between runs'
@@ -252,18 +253,20 @@ def check_venv_and_data_outside_the_workspace(doc, tmp_path, **_):
     workspace, env_file = tmp_path / 'ws', tmp_path / 'env'
     workspace.mkdir()
     env_file.write_text('')
-    expressions = {k: '3.11.9' for k, v in step.get('env', {}).items() if '${{' in v}
+    cache = tmp_path / 'home' / '.cache' / 'multigpu-book'
+    for folder in ('venv-py3.11.9', 'venv-py3.11.10', 'venv-py3.12.1', 'data/x'):
+        (cache / folder).mkdir(parents=True)
+    expressions = {k: '3.11.10' for k, v in step.get('env', {}).items() if '${{' in v}
     done = bash(step, {'PATH': os.environ['PATH'], 'HOME': str(tmp_path / 'home'),
                        'GITHUB_ENV': str(env_file), 'GITHUB_WORKSPACE': str(workspace),
                        **step.get('env', {}), **expressions}, cwd=workspace)
     assert done.returncode == 0, done.stderr
     exported = dict(line.split('=', 1) for line in env_file.read_text().splitlines())
     assert {'MULTIGPU_DATA', 'BOOK_VENV'} <= set(exported), exported
-    for name in ('MULTIGPU_DATA', 'BOOK_VENV'):
-        path = Path(exported[name])
-        assert path.is_absolute() and workspace not in path.parents, (name, path)
-    assert Path(exported['MULTIGPU_DATA']).is_dir()
-    assert '3.11.9' in exported['BOOK_VENV']  # one venv per Python version
+    assert exported['MULTIGPU_DATA'] == str(cache / 'data')  # not in the workspace
+    assert exported['BOOK_VENV'] == str(cache / 'venv-py3.11.10')  # one per version
+    assert sorted(p.name for p in cache.iterdir()) == ['data', 'venv-py3.11.10']
+    assert (cache / 'data' / 'x').is_dir()
 
 
 def run_preflight(doc, tmp_path, driver='580.65.06', mode='Default', os_id='ubuntu',
