@@ -1,7 +1,8 @@
-"""train_ddp's snapshots under torchrun: a rank killed in an epoch or in the middle of a
-save, a damaged newest snapshot, a snapshot of other flags, one in use by another job,
-and output paths that cannot be written, found before any training. Every job runs on
-the CPU (gloo), 2 processes, a slice of Fashion-MNIST."""
+"""train_ddp's snapshots under torchrun: a rank killed in the middle of a save; a
+damaged snapshot, one of other flags, one in use by another job, and output paths that
+cannot be written, found before any training (a damaged one with one before it to fall
+back to: tests/unit/test_snapshot.py). Every job runs on the CPU (gloo), 2 processes, a
+slice of Fashion-MNIST."""
 import fcntl
 from pathlib import Path
 
@@ -15,7 +16,6 @@ from tests.jobs.helpers import failure, record_of, torchrun
 pytestmark = pytest.mark.slow  # every test here starts torchrun jobs
 COMMON = ['--epochs', 3, '--num-train', 512, '--num-test', 200]
 FLAGS = train_ddp.parse_args([str(arg) for arg in COMMON])  # what a snapshot records
-FAULTS = 'data_parallel.jobs.faults'
 DIE_IN_SAVE = Path(__file__).with_name('die_in_save.py')
 
 
@@ -27,24 +27,20 @@ def uninterrupted(tmp_path_factory, fashion_root):
             torch.load(path, weights_only=True))
 
 
-@pytest.mark.parametrize('program, args, env, printed', [
-    (FAULTS, ['--fail-in-epoch', 2], {}, [1, 1, 1]),  # rank 1, halfway through
-    # rank 0 dies in the save after epoch 2, once it has said how epoch 2 went
-    (DIE_IN_SAVE, [], {'DIE_IN_SAVE': '2', 'DIE_AT': 'write'}, [1, 2, 1]),
-    (DIE_IN_SAVE, [], {'DIE_IN_SAVE': '2', 'DIE_AT': 'rename'}, [1, 2, 1]),
-], ids=['in-epoch-2', 'in-the-write', 'in-the-rename'])
-def test_a_killed_rank_resumes_from_the_last_complete_snapshot(
-        tmp_path, uninterrupted, leftovers, program, args, env, printed):
-    """torchrun restarts the group, which resumes after epoch 1 and ends with the
-    parameters of an uninterrupted run."""
+@pytest.mark.parametrize('where', ['write', 'rename'])
+def test_a_rank_killed_in_a_save_resumes_from_the_last_complete_snapshot(
+        tmp_path, uninterrupted, leftovers, where):
+    """Rank 0 dies in the save after epoch 2, once it has said how epoch 2 went;
+    torchrun restarts the group, which resumes after epoch 1 and ends with the
+    parameters of an uninterrupted run (killed in an epoch: chapter 7, cells 37-39)."""
     path = tmp_path / 'snapshots' / 'lenet.pt'
-    stdout = torchrun(program, 2, *args, *COMMON, '--snapshot', path, env=env,
-                      max_restarts=1)
+    stdout = torchrun(DIE_IN_SAVE, 2, *COMMON, '--snapshot', path, max_restarts=1,
+                      env={'DIE_IN_SAVE': '2', 'DIE_AT': where})
     result = dp.read_result(stdout)
     assert result['restarts'] == 1 and result['resumed_after_epoch'] == 1
     assert 'resumed from the snapshot taken after epoch 1' in stdout
     assert 'damaged' not in stdout  # a cut save never became the snapshot
-    assert [stdout.count(f'epoch {e}:') for e in (1, 2, 3)] == printed
+    assert [stdout.count(f'epoch {e}:') for e in (1, 2, 3)] == [1, 2, 1]
     assert result['epochs_run'] == [2, 3]
     plain, plain_snapshot = uninterrupted
     assert result['accuracies'] == pytest.approx(plain['accuracies'])
@@ -63,20 +59,6 @@ def lenet_snapshot(path, epoch):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
     history = {'accuracies': [0.1] * epoch, 'epoch_seconds': [1.0] * epoch}
     snapshot.write(path, model, optimizer, epoch, history, FLAGS)
-
-
-def test_a_damaged_snapshot_falls_back_to_the_previous_one(tmp_path, fashion_root):
-    path = tmp_path / 'lenet.pt'
-    lenet_snapshot(path, 1)
-    lenet_snapshot(path, 2)
-    path.write_bytes(path.read_bytes()[:1000])  # the newest, cut short
-    stdout = torchrun(launch.TRAINER, 2, *COMMON, '--snapshot', path)
-    line = (f'--snapshot {path} is damaged (kept as lenet.pt.damaged): resuming from '
-            'lenet.pt.prev, the snapshot before it')
-    assert stdout.splitlines()[0] == line
-    result = dp.read_result(stdout)
-    assert result['resumed_after_epoch'] == 1 and result['epochs_run'] == [2, 3]
-    assert len((tmp_path / 'lenet.pt.damaged').read_bytes()) == 1000  # kept as it was
 
 
 def stopped_with(error, line):
@@ -118,23 +100,26 @@ def test_a_folder_a_reader_cannot_write_in_stops_the_job_before_training(
     assert list(folder.iterdir()) == []  # nothing made
 
 
-@pytest.mark.parametrize('flags, locked, says', [
-    (['--model', 'resnet18'], False, 'was taken with --model lenet (this run: resnet18)'
+@pytest.mark.parametrize('flags, other, says', [
+    (['--model', 'resnet18'], '', 'was taken with --model lenet (this run: resnet18)'
      ': pass the same flags to resume, or another --snapshot to start afresh.'),
-    (['--lr', 0.05], False, 'was taken with --lr 0.2 (this run: 0.05): pass the same '
-     'flags to resume, or another --snapshot to start afresh.'),
-    ([], True, 'is in use by another job: wait for it to end, or pass another '
+    ([], 'locked', 'is in use by another job: wait for it to end, or pass another '
      '--snapshot.'),
-], ids=['other-model', 'other-lr', 'in-use'])
+    ([], 'garbage', 'is damaged or not a PyTorch file. Move it away, or pass another '
+     '--snapshot path.'),  # and no snapshot before it to fall back to
+], ids=['other-model', 'in-use', 'garbage'])
 def test_a_snapshot_this_job_cannot_take_stops_it_before_training(
-        tmp_path, fashion_root, flags, locked, says):
-    """C3: neither a load_state_dict traceback nor a silent resume at the old lr; C15:
-    while another job holds path.lock, a job on path trains nothing."""
+        tmp_path, fashion_root, flags, other, says):
+    """C3: one line, not a load_state_dict traceback (each flag's line:
+    tests/unit/test_snapshot.py); C15: while another job holds path.lock, a job on
+    path trains nothing."""
     path = tmp_path / 'a.pt'
     lenet_snapshot(path, 1)
+    if other == 'garbage':
+        path.write_bytes(b'not a snapshot at all')
     before = path.read_bytes()
     with open(f'{path}.lock', 'a') as other_job:
-        if locked:
+        if other == 'locked':
             fcntl.flock(other_job, fcntl.LOCK_EX | fcntl.LOCK_NB)
         error = failure(launch.TRAINER, 2, *COMMON, *flags, '--snapshot', path)
     assert stopped_with(error, f'--snapshot {path} {says}'), error
