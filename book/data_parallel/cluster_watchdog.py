@@ -8,8 +8,10 @@ controller every 15 s for up to an hour (RETRY_DELAY, MAX_RETRY in slurmstepd/mg
 the cluster's folders, munge key included, stay too. An owner killed outright (SIGKILL:
 the OOM killer, a restart of a notebook kernel busy in a cell) runs no exit hook, so
 LocalCluster.start starts this watchdog in a session of its own (a signal to the
-owner's process group misses it). It polls its parent; once the owner is gone it
-SIGKILLs every process of the cluster and removes the cluster's folders, then ends.
+owner's process group misses it). It polls its parent, noting what the nodes' slurmd
+hold; once the owner is gone it SIGKILLs every process of the cluster (those noted
+too: slurmd, ended with the owner, no longer holds them) and removes the cluster's
+folders, then ends.
 LocalCluster.stop ends it after its own clean-up.
 
 It runs by its path (`python -P cluster_watchdog.py OWNER FOLDER SOCKETS`) and imports
@@ -31,13 +33,24 @@ import psutil
 OWNER = 'owner.json'  # in the cluster's folder: who owns it, and its socket folder
 PREFIX = 'slurm-cluster-'  # LocalCluster's default folders: tempfile.mkdtemp(PREFIX)
 POLL = 0.5  # seconds between two looks at the owner
+# prctl(PR_SET_CHILD_SUBREAPER), which execve keeps: a process of a job that leaves its
+# parents behind (setsid, a double fork, env -i) is adopted by the daemon, not pid 1
+ADOPT = ('import ctypes, os, sys\n'
+         'ctypes.CDLL(None).prctl(36, 1)\n'
+         'os.execvp(sys.argv[1], sys.argv[1:])')
+
+
+def adopting(argv):
+    """argv as a daemon that adopts its descendants' orphans (Linux only)."""
+    return [sys.executable, '-P', '-c', ADOPT, *argv]
 
 
 def members(folder):
     """Every readable process of the cluster in folder (daemons, steps, jobs) by pid.
 
     A job's processes carry SLURM_CONF; slurmstepd and slurmscriptd overwrite their
-    environment with their titles, but hold a log file of the folder open.
+    environment with their titles, but hold a log file of the folder open; a job's
+    daemon that dropped both (setsid env -i) is slurmd's, which adopted it.
     """
     conf, found = str(Path(folder) / 'slurm.conf'), {}
     for proc in psutil.process_iter(['environ', 'open_files']):
@@ -45,6 +58,10 @@ def members(folder):
         if ((proc.info['environ'] or {}).get('SLURM_CONF') == conf
                 or any(Path(f).is_relative_to(folder) for f in files)):
             found[proc.pid] = proc
+    for proc in list(found.values()):  # and what the daemons adopted (ADOPT)
+        with contextlib.suppress(psutil.Error):
+            found.update((child.pid, child) for child in proc.children(recursive=True)
+                         if child.status() != psutil.STATUS_ZOMBIE)
     # never this process nor its ancestors (an owner inside a Slurm job, a caller or its
     # parent with a log of the folder open): stop would SIGKILL its own caller
     me = psutil.Process()
@@ -128,12 +145,27 @@ def sweep():
             remove(folder, Path(record['sockets']))
 
 
+def adopted(folder, seen):
+    """seen's processes still running, and those below the folder's slurmd now."""
+    found = {pid: proc for pid, proc in seen.items() if proc.is_running()}
+    for pid_file in Path(folder).glob('slurmd-*.pid'):
+        with contextlib.suppress(OSError, ValueError, psutil.Error):
+            slurmd = psutil.Process(int(pid_file.read_text()))
+            found.update((proc.pid, proc) for proc in slurmd.children(recursive=True))
+    return found
+
+
 def main(owner, folder, sockets):
     """Wait while the owner, this process's parent, lives; then end its cluster."""
     # the parent, not a pid: the owner's pid may be reused once it is free, while an
     # orphan goes to init (or a subreaper) for good
+    seen = {}
     while os.getppid() == owner:
+        # the owner's end ends slurmd too, and what slurmd adopted (ADOPT) goes to
+        # pid 1, where only this record finds it
+        seen = adopted(folder, seen)
         time.sleep(POLL)
+    kill(seen)
     remove(Path(folder), Path(sockets))
 
 

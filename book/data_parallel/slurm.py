@@ -11,8 +11,8 @@ real cluster (slurmctld runs there as the user SlurmUser names, usually slurm).
 Every process of the cluster carries its configuration file in SLURM_CONF: the daemons
 (started with it), slurmstepd (slurmd sets it) and every job (sbatch passes the
 submitter's environment on). `stop` cancels the jobs, ends whatever still carries it and
-removes the folders: no process, socket or spool is left behind, but for a daemon that a
-job starts without SLURM_CONF (stop says so). If the process that started the cluster is
+removes the folders: no process, socket or spool is left behind, not even a job's daemon
+without SLURM_CONF (slurmd adopts it). If the process that started the cluster is
 killed instead (no exit hook runs), its watchdog does the same (cluster_watchdog.py).
 """
 import atexit
@@ -234,8 +234,8 @@ class LocalCluster:
         """Start one daemon in the foreground; it ends if this process dies."""
         with open(self._output(len(self.daemons)), 'w') as out:
             self.daemons.append((argv[0], subprocess.Popen(
-                processes.guarded(argv), env=self.env, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True)))
+                processes.guarded(cluster_watchdog.adopting(argv)), env=self.env,
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)))
 
     def _trust_munge(self):
         """Fail on munged's warnings: --force is for its private socket folder only."""
@@ -268,23 +268,23 @@ class LocalCluster:
         return cluster_watchdog.members(self.folder)
 
     def stop(self, grace=10):
-        """Cancel every job, end every process of the cluster, remove its folder.
-
-        It misses a job's daemon that sheds SLURM_CONF and its parents (setsid, env -i):
-        proctrack/linuxproc cannot see it, and cgroups are not writable everywhere.
-        """
+        """Cancel every job, end every process of the cluster, remove its folder."""
         atexit.unregister(self.stop)
         if self.folder is None:  # never started: nothing to stop
             return
         if not all(processes.ended(p) for _, p in self.daemons):
             with contextlib.suppress(subprocess.TimeoutExpired):  # jobs killed below
                 self.run('scancel', f'--partition={PARTITION}', check=False)
-            # the daemons and their helpers (slurmctld's slurmscriptd) go last
+            # the daemons and slurmctld's helper (slurmscriptd) go last
             daemons = {p.pid for _, p in self.daemons}
-            daemons |= {pid for pid, _ in processes.descendants(daemons)}
+            daemons |= {pid for pid, _ in processes.descendants(
+                [p.pid for name, p in self.daemons if name == 'slurmctld'])}
             deadline = time.monotonic() + grace
             while set(self.members()) - daemons and time.monotonic() < deadline:
                 time.sleep(0.1)  # the jobs' steps end and report to slurmd
+            # before slurmd ends: what it adopted would go to pid 1, out of sight
+            cluster_watchdog.kill({pid: proc for pid, proc in self.members().items()
+                                   if pid not in daemons})
         # one by one, slurmd's first, munged last: all at once, they wait on each other
         for _, p in reversed(self.daemons):
             if not processes.ended(p):
