@@ -21,7 +21,8 @@ layer or those below it; ``tests/repo/test_layout.py`` checks it):
    all-gather), ``performance`` (flat buffers, the improved step, the cost model),
    ``sharding`` (memory formulas, ZeRO-1), ``tensor_parallel`` (a layer split over
    processes: channels, Megatron's column and row layers), ``pipeline`` (the bubble's
-   formulas, a GPipe and 1F1B schedule simulator, activations held per stage); and
+   formulas, a GPipe and 1F1B schedule simulator, activations held per stage),
+   ``experts`` (a mixture-of-experts layer, its experts across processes); and
    ``models`` (LeNet as a module, ResNet-18, an MLP: one definition each);
 3. the taught program ``train_ddp``, which ``torchrun -m data_parallel.train_ddp`` starts;
 4. ``figures`` (the chapters' diagrams and plots) and ``jobs`` (the measuring programs
@@ -42,6 +43,9 @@ from .data import (DataUnavailableError, TensorBatches, load_fashion_mnist,
 from .devices import (CPU_ONLY, Timer, cpu_cores, describe_devices,
                       describe_environment, get_devices, process_device, sweep_backend,
                       sweep_environment, synchronize, use_one_core)
+from .experts import (AllToAll, all_to_all_rows, expert_parallel_layer,
+                      load_balancing_loss, moe_layer, route, rows_per_rank,
+                      within_capacity)
 from .figures import (plot_accuracy, plot_allreduce, plot_bandwidth,
                       plot_data_parallel_steps, plot_lenet_shapes, plot_pipeline_schedule,
                       plot_ring_allreduce, plot_scaling, plot_scatter,

@@ -73,6 +73,8 @@ TP_TEST = ('tests/unit/test_tensor_parallel.py::test_split_layers_equal_one_devi
            'in_output_and_gradients[2]',)
 # chapter 12's schedules, and its bubble by formula
 SCHEDULE = ((CH[12], 'checks-schedule'),)
+# chapter 14's split layer against one process (its job starts two processes)
+EXPERTS = ((CH[14], 'checks-ep'),)
 
 MUTATIONS = [
     Mutation('a-get_params-no-copy',
@@ -242,6 +244,29 @@ MUTATIONS = [
              'return F.cross_entropy(output, y) / num_micro_batches',
              'return F.cross_entropy(output, y)', (), (CH[12],), saved=False,
              checks=((CH[12], 'checks-grads'),)),
+    # chapter 14: expert parallelism
+    Mutation('ep-dispatch-to-wrong-rank',
+             "expert e's rows go to rank e % W, not e // (E / W), the rank that holds "
+             'it: rows reach ranks without their expert',
+             'experts.py', 'owner = chosen.flatten() // (num_experts // world_size)',
+             'owner = chosen.flatten() % world_size', (), (CH[14],), checks=EXPERTS),
+    Mutation('ep-combine-without-gates',
+             "the combine adds the experts' outputs without their gates",
+             'experts.py', 'weighted = gates.flatten()[order, None] * back',
+             'weighted = back', (), (CH[14],), checks=EXPERTS),
+    Mutation('ep-all-to-all-backward-skipped',
+             "AllToAll's backward keeps the gradients of the rows it received instead "
+             'of sending each back to the rank that sent the row',
+             'experts.py',
+             '        grad = all_to_all_rows(grad, ctx.receive, ctx.send)  # the splits '
+             'swapped\n', '', (), (CH[14],), checks=EXPERTS),
+    Mutation('moe-capacity-keeps-the-last-tokens',
+             'a full expert keeps its last `capacity` tokens, not its first: as many '
+             'dropped, the wrong ones',
+             'experts.py',
+             'taken = F.one_hot(chosen.flatten(), num_experts).cumsum(dim=0)',
+             'taken = F.one_hot(chosen.flatten(), num_experts).flip(0).cumsum(dim=0)'
+             '.flip(0)', (), (CH[14],), checks=((CH[14], 'checks-capacity'),)),
 ]
 
 
