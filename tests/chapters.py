@@ -1,4 +1,4 @@
-"""The book's chapters, how tests read their cells, the package's version."""
+"""The chapters and their facts, how tests read their cells, the package's version."""
 import json
 import re
 import tomllib
@@ -9,10 +9,20 @@ ROOT = dp.repo_root()
 BOOK = ROOT / 'book'
 CHAPTERS = sorted(BOOK.glob('[0-9][0-9]_*.ipynb'))
 NAMES = [path.name for path in CHAPTERS]  # the ids of tests parametrized by chapter
+# what sets each chapter apart (book/chapters.toml), by its number: {'10': {...}}
+FACTS = tomllib.loads((BOOK / 'chapters.toml').read_text())
 # a listing of package code: a fenced python block whose first line names its file
 FENCE = re.compile(r'^```python\n# (data_parallel/[\w/]+\.py)\n(.*?)^```$',
                    re.MULTILINE | re.DOTALL)
 VERSION = tomllib.loads((ROOT / 'pyproject.toml').read_text())['project']['version']
+
+
+def chapters_with(fact, value=True):
+    """The chapters whose fact in book/chapters.toml is value, or a list holding it."""
+    def has(facts):
+        got = facts.get(fact)
+        return got == value or isinstance(got, list) and value in got
+    return [path for path in CHAPTERS if has(FACTS.get(path.name[:2], {}))]
 
 
 def load(path):

@@ -6,7 +6,8 @@ most 30 minutes in all; not yet timed on a GPU):
 0. Fashion-MNIST in MULTIGPU_DATA, downloaded when missing (without it pytest would
    quietly skip every test that reads it);
 1. the tests whose code takes another path on CUDA (``pytest -m cuda tests``);
-2. nbval over chapters 1-6 (their stored outputs, recomputed on this machine);
+2. nbval over the chapters that book/chapters.toml marks gpu_check, 1-6 (their stored
+   outputs, recomputed on this machine);
 3. chapter 7's DDP job: LeNet for 3 epochs, one process per GPU (NCCL);
 4. ResNet-18 for 2 epochs on one GPU (seconds per epoch);
 5. with 2 GPUs or more: ring and star against dist.all_reduce under NCCL (25 MB, one
@@ -30,6 +31,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 
 import torch
 
@@ -131,11 +133,26 @@ def unit_tests(timeout):
     return last_line(out), {}, out
 
 
+def checked_chapters():
+    """The chapters whose facts in book/chapters.toml include gpu_check, in order."""
+    facts = tomllib.loads((ROOT / 'book' / 'chapters.toml').read_text())
+    return [path for path in sorted((ROOT / 'book').glob('[0-9][0-9]_*.ipynb'))
+            if facts.get(path.name[:2], {}).get('gpu_check')]
+
+
+def chapter_span(chapters):
+    """'1-6' for chapters 01 to 06 (the step's name), '4' for 04 alone."""
+    numbers = [str(int(path.name[:2])) for path in chapters]
+    if len(numbers) < 2:
+        return ''.join(numbers) or 'none'
+    return f'{numbers[0]}-{numbers[-1]}'
+
+
 def notebooks(timeout):
-    """nbval over chapters 1-6, their outputs sanitised as in `make nbval`."""
-    chapters = sorted((ROOT / 'book').glob('0[1-6]_*.ipynb'))
-    if len(chapters) != 6:
-        raise StepFailed(f'found {len(chapters)} of chapters 1-6 in book/', '')
+    """nbval over the GPU check's chapters, outputs sanitised as in `make nbval`."""
+    chapters = checked_chapters()
+    if not chapters:
+        raise StepFailed('book/chapters.toml marks no chapter gpu_check', '')
     out = run_command([sys.executable, '-m', 'pytest', '-q', '--nbval',
                        '--nbval-current-env', '--nbval-sanitize-with',
                        'tests/nbval_sanitize.cfg', *chapters], timeout)
@@ -273,7 +290,8 @@ def steps_for(num_gpus):
     resnet = ['--model', 'resnet18', '--epochs', 2, '--batch-size', 256, '--lr', 0.1]
     steps = [Step('data', 'Fashion-MNIST', fashion_mnist, 120),
              Step('unit', 'CUDA-path tests', unit_tests, 360),
-             Step('nbval', 'nbval, chapters 1-6', notebooks, 360),
+             Step('nbval', f'nbval, chapters {chapter_span(checked_chapters())}',
+                  notebooks, 360),
              Step('ddp', 'chapter 7 DDP, LeNet', ddp_job(
                  lenet, num_gpus, f'{num_gpus} process(es), NCCL',
                  'lenet_seconds_per_epoch'), 180),

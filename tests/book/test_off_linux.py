@@ -5,14 +5,15 @@ import pytest
 
 import data_parallel as dp
 from data_parallel.jobs import measure
-from tests.chapters import BOOK, load, python
+from tests.chapters import CHAPTERS, code_cells, python
 
 
-def cell_that_runs(chapter, job, mode):
-    """The source of the chapter's code cell that runs the job's mode with launch.run."""
-    cells = load(BOOK / chapter)['cells']
-    return next(python(cell) for cell in cells if cell['cell_type'] == 'code'
-                and f"launch.run({job}, 2, '{mode}'" in python(cell))
+def cell_that_runs(job, mode):
+    """The source of the code cell, in one chapter, that runs the job's mode."""
+    sources = [python(cell) for path in CHAPTERS for cell in code_cells(path)
+               if f"launch.run({job}, 2, '{mode}'" in python(cell)]
+    assert len(sources) == 1, f'{len(sources)} cells run {job} {mode}'
+    return sources[0]
 
 
 @pytest.fixture
@@ -37,8 +38,7 @@ def test_the_tensor_parallel_table_says_bytes_were_not_counted(uncounted):
     record = {'world_size': 2, 'dim': 64, 'num_params': 33_088, 'backend': 'gloo',
               'socket_bytes_per_step': {str(B): {'tp': uncounted, 'ddp': uncounted}
                                         for B in (64, 256, 1024)}}
-    printed = run_cell(cell_that_runs('11_a_layer_across_devices.ipynb', 'tp_workers',
-                                      'cost'), record)
+    printed = run_cell(cell_that_runs('tp_workers', 'cost'), record)
     assert printed[1:] == [measure.NOT_COUNTED], printed
 
 
@@ -47,8 +47,7 @@ def test_the_three_splits_table_says_bytes_were_not_counted(uncounted):
                'parameter_bytes': [4, 4], 'activation_bytes': [8, 8]}
     record = {'num_params': 66_176, 'world_size': 2,
               'variants': {name: variant for name in ('data', 'tensor', 'pipeline')}}
-    printed = run_cell(cell_that_runs('12_the_network_across_devices.ipynb',
-                                      'pp_workers', 'splits'), record)
+    printed = run_cell(cell_that_runs('pp_workers', 'splits'), record)
     assert printed[-1] == measure.NOT_COUNTED, printed
     assert [line.split()[:2] for line in printed[2:-1]] == [
         ['data', '-'], ['tensor', '-'], ['pipeline', '-']], printed

@@ -10,11 +10,12 @@ import nbformat
 import pytest
 
 import data_parallel as dp
-from tests.chapters import CHAPTERS, ROOT, load, text
+from tests.chapters import ROOT, chapters_with, load, text
 
-# What Colab and the download button open, each alone: chapter 1, the DDP chapter (which
-# then trains chapter 6's runs itself) and the pipeline chapter, solutions included
-ALONE = [ROOT / 'notebooks' / CHAPTERS[number - 1].name for number in (1, 7, 12)]
+# What Colab and the download button open, each alone (book/chapters.toml: alone):
+# chapter 1, the DDP chapter (which then trains chapter 6's runs itself) and the
+# pipeline chapter, solutions included
+ALONE = [ROOT / 'notebooks' / path.name for path in chapters_with('alone')]
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """Where unprivileged user namespaces are refused (GitHub's ubuntu-24.04 runners, most
 containers): the tests of the throttled wire skip with one line, or fail with one line
-where MULTIGPU_REQUIRE_THROTTLE demands the wire, and chapter 10 still passes nbval.
+where MULTIGPU_REQUIRE_THROTTLE demands the wire, and the chapters that need them
+(book/chapters.toml) still pass nbval.
 A stand-in `unshare`, first on PATH, fails as the kernel does there."""
 import os
 import re
@@ -9,7 +10,8 @@ import sys
 
 import pytest
 
-from tests.chapters import ROOT
+from tests.chapters import ROOT, chapters_with
+
 STANDIN = ROOT / 'tests' / 'standins' / 'no-userns'
 REFUSED = 'unshare: write failed /proc/self/uid_map: Operation not permitted'
 
@@ -42,10 +44,13 @@ def test_a_ci_that_requires_the_wire_fails_in_one_line():
     assert REFUSED in out
 
 
-@pytest.mark.slow  # chapter 10's jobs that need no wire (about 2 minutes)
-def test_chapter_10_passes_nbval_without_a_throttled_wire():
+NEEDY = chapters_with('needs', 'user namespaces')
+
+
+@pytest.mark.slow  # its jobs that need no wire (chapter 10's: about 2 minutes)
+@pytest.mark.parametrize('chapter', NEEDY, ids=[p.name[:2] for p in NEEDY])
+def test_the_chapter_passes_nbval_without_a_throttled_wire(chapter):
     rc, out = without_namespaces(
         '--nbval', '--nbval-current-env', '--nbval-sanitize-with',
-        'tests/nbval_sanitize.cfg', 'book/10_when_the_network_is_the_bottleneck.ipynb',
-        timeout=900)
+        'tests/nbval_sanitize.cfg', str(chapter.relative_to(ROOT)), timeout=900)
     assert rc == 0, out[-3000:]
