@@ -71,12 +71,11 @@ nbval: $(STAMP)
 	$(PY) -m pytest $(XDIST) $(NBVAL) --durations=10 $(CHAPTERS)
 
 # The speed-ups, bandwidths, overlap and cost models the text claims, each held to its
-# tolerance (tools/benchmark.py, then tools/wire_benchmark.py on a throttled loopback:
+# tolerance (tools/speed.py: chapters 6 to 8, then chapter 10 on a throttled loopback;
 # about 6 minutes on 2 cores). Run it on a machine it has to itself: anything beside it
 # slows one side of a ratio. Also the check before `make execute` stores new outputs.
 speed: $(STAMP)
-	$(PY) -m tools.benchmark --check
-	$(PY) -m tools.wire_benchmark --check
+	$(PY) -m tools.speed --check
 
 execute: $(STAMP)
 	$(PY) tools/execute_notebooks.py book/[0-9]*.ipynb
@@ -174,8 +173,7 @@ pdf: $(STAMP) $(MATHJAX) chromium
 	$(PY) -m pytest -q tests/browser/test_pdf.py
 
 benchmark: $(STAMP)
-	$(PY) -m tools.benchmark
-	$(PY) -m tools.wire_benchmark
+	$(PY) -m tools.speed
 
 gpu-check: $(STAMP)
 	$(PY) tools/gpu_check.py

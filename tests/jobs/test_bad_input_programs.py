@@ -30,8 +30,8 @@ def the_one_line(result, before=('usage: ', ' ')):
     (11, ['-m', 'data_parallel.jobs.perf_workers'], 2,
      'torchrun ... -m data_parallel.jobs.perf_workers: error: the following '
      'arguments are required: mode'),
-    (15, ['-m', 'tools.benchmark', '--repeats', '-1'], 2,
-     'benchmark.py: error: argument --repeats: -1 is too small: use at least 1'),
+    (15, ['-m', 'tools.speed', '--repeats', '-1'], 2,
+     'speed.py: error: argument --repeats: -1 is too small: use at least 1'),
     (17, ['tools/gpu_check.py', '--foo'], 2,
      'gpu_check.py takes no arguments (got --foo): run it as `make gpu-check`.'),
 ])
@@ -54,11 +54,11 @@ def test_gpu_check_without_a_gpu_says_there_is_nothing_to_check():
 @pytest.mark.slow
 def test_benchmark_without_data_offline_says_where_to_put_it(tmp_path):
     """Case 16: one line naming MULTIGPU_DATA, and no empty folder left behind."""
-    result = python('-m', 'tools.benchmark', env={'MULTIGPU_DATA': str(tmp_path),
-                                                  **OFFLINE})
+    result = python('-m', 'tools.speed', env={'MULTIGPU_DATA': str(tmp_path),
+                                              **OFFLINE})
     assert result.returncode == 1
     assert the_one_line(result) == (
-        f'benchmark: Fashion-MNIST is not in {tmp_path}/FashionMNIST/raw and '
+        f'speed: Fashion-MNIST is not in {tmp_path}/FashionMNIST/raw and '
         'downloading it failed (<urlopen error [Errno 111] Connection refused>). '
         'Set MULTIGPU_DATA to a folder that holds FashionMNIST/raw/, or run once '
         'with internet access.')

@@ -1,33 +1,18 @@
-"""When the network is the bottleneck: chapter 10's claims, measured in one run here.
+"""Chapter 10's table for tools/speed.py: when the network is the bottleneck.
 
-    MULTIGPU_DATA=/path/to/data .venv/bin/python -m tools.wire_benchmark [--check]
-
-About 2 minutes on 2 CPU cores (make benchmark; make speed adds --check). Every job is
-a wire_workers `measure` job of K = 2 DDP processes on the CPU (gloo, a core each)
-behind a private loopback throttled to the rate named (launch.run(..., bandwidth=...):
-unshare, ip and tc; without them it says so in one line and exits 2): the 2 x 1024
-MLP on the open loopback and at 1000, 400, 200 and 100 Mbit/s (at 200 also
-accumulation and the fp16 hook), the 6 x 1024 MLP (buckets of 4 MiB) at 1000 and 200
-Mbit/s, and the 2 x 1024 MLP at exercise 1's break-even rate (where the allreduce
-takes the median compute time). Times are medians of --steps steps in one job; bytes
-are those rank 0 wrote to gloo's sockets.
-
-A row with a check (tools/claims.py) is a claim of chapter 10, held to the tolerance
-below. Run it on a machine it has to itself: anything beside it slows the compute each
-prediction starts from.
+Every job is a wire_workers `measure` job of K = 2 DDP processes on the CPU (gloo, a
+core each) behind a private loopback throttled to the rate named (launch.run(...,
+bandwidth=...): unshare, ip and tc): the 2 x 1024 MLP on the open loopback and at 1000,
+400, 200 and 100 Mbit/s (at 200 also accumulation and the fp16 hook), the 6 x 1024 MLP
+(buckets of 4 MiB) at 1000 and 200 Mbit/s, and the 2 x 1024 MLP at exercise 1's
+break-even rate (where the allreduce takes the median compute time). Times are medians
+of --steps steps in one job; bytes are those rank 0 wrote to gloo's sockets.
 """
-import argparse
-import os
 import statistics
-import sys
-
-import torch
 
 import data_parallel as dp
 from data_parallel import launch
-from data_parallel.cli import at_least
 from data_parallel.jobs import wire_workers
-from tools.claims import print_table, verdict
 
 K = 2  # processes, one CPU core each, on one wire
 RATE = 200e6  # bits per second: the rate of the fp16 and accumulation rows
@@ -45,17 +30,6 @@ MODEL_ERROR, WALL, BREAK_EVEN = 0.25, 0.9, (0.75, 1.6)
 # the overlap's bound, less this (the filter's burst; compute timed apart from the
 # step it bounds), is the least step / one bucket
 BOUND_SLACK = 0.05
-
-
-def parse_args(argv=None):
-    """--steps, --check; a bad value ends the program with one line (exit 2)."""
-    parser = argparse.ArgumentParser(prog='wire_benchmark.py',
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument('--steps', type=at_least(1, int, 100), default=5,
-                        help='timed steps per job, after 2 of warm-up (default 5)')
-    parser.add_argument('--check', action='store_true',
-                        help='exit 1 when a claim of the text is missed (make speed)')
-    return parser.parse_args(argv)
 
 
 def mbit(rate):
@@ -82,9 +56,9 @@ def break_even_rate(small):
     return 2 * (K - 1) * num_values * 4 * 8 / compute
 
 
-def run_jobs(steps):
+def measure(args):
     """Every job of the table: {'small'|'deep'|'break_even': {rate: record}}."""
-    title = '2 x 1024 MLP, batch 1024'
+    title, steps = '2 x 1024 MLP, batch 1024', args.steps
     small = {rate: job(title, rate, SMALL, steps)
              for rate in (None, 1000e6, 400e6, 100e6)}
     small[RATE] = job(title, RATE, SMALL, steps,
@@ -121,7 +95,7 @@ def step(record):
 
 
 def table_rows(runs):
-    """(measure, ratio, target, check) rows; a row without a ratio is a heading."""
+    """Chapter 10's (measure, ratio, target, check) rows."""
     deep, small, at_rate = runs['deep'], runs['small'], runs['small'][RATE]
     rows = [('Overlap: 6 x 1024 MLP, batch 4096 (step / one-bucket step)',
              None, None, None)]
@@ -182,31 +156,3 @@ def print_absolute(runs):
         print(f'   {mbit(rate)}: compute {record["compute"]["step_seconds"] * 1e3:.0f} '
               f'ms, predicted {predicted_step(record, rate) * 1e3:.0f} ms, measured '
               f'{step(record) * 1e3:.0f} ms')
-
-
-def main(argv=None):
-    """Run every job, print the table; 2: no wire, 1: a claim missed under --check."""
-    args = parse_args(argv)
-    problem = dp.throttle_problem()
-    if problem is not None:
-        print(f'wire_benchmark: no throttled wire on this machine: {problem}',
-              file=sys.stderr)
-        return 2
-    dp.read_fashion_mnist(True), dp.read_fashion_mnist(False)  # one line if missing
-    torch.manual_seed(0)
-    dp.describe_environment()
-    print(f'load average before: {os.getloadavg()[0]:.2f} (1 minute)', flush=True)
-    runs = run_jobs(args.steps)
-    load_after = os.getloadavg()[0]
-    rows = table_rows(runs)
-    print_table(rows)
-    print_absolute(runs)
-    print(f'load average after: {load_after:.2f} (1 minute), {dp.cpu_cores()} cores')
-    return verdict(rows, args.check)
-
-
-if __name__ == '__main__':
-    try:
-        sys.exit(main())
-    except dp.DataUnavailableError as error:
-        sys.exit(f'wire_benchmark: {error}')  # one line that says what to do

@@ -1,20 +1,19 @@
-"""Where the time goes: one table of ratios, measured in one run on this machine.
+"""The text's speed claims, measured in one run on this machine: two tables of ratios.
 
-    MULTIGPU_DATA=/path/to/data .venv/bin/python -m tools.benchmark [--check]
+    MULTIGPU_DATA=/path/to/data .venv/bin/python -m tools.speed [--check] [--only 10]
 
-About 4 minutes on 2 CPU cores (make benchmark; make speed adds --check). Without a
-GPU a device is one CPU core (dp.use_one_core), the 1-device baselines too. In this
-process, with chapter 8's timing functions: the article's per-image loader against
-dp.load_fashion_mnist, and the article's loop, dp.train_batch_flat (a thread per
-device) and the bare passes on 1 and K = 2 devices. Through launch.run, perf_workers
-jobs: `train` on 1, 2 and 4 processes (compute, no_sync, DDP), `allreduce` on 2 and 4
-(25 MB and LeNet's 0.52 MB). Each time is the median of --repeats rounds, the
-variants interleaved so that a busy moment hits them alike. With two GPUs or more, also
-chapter 7's ResNet-18 on 1 and 2 GPUs (two epochs each, train_ddp).
+`make benchmark` prints the tables; `make speed` adds --check: exit 1 when a claim is
+missed. About 6 minutes on 2 CPU cores: run it on a machine it has to itself (`uptime`).
 
-A row with a check (tools/claims.py) is a speed claim of chapters 6 to 8, held to the
-tolerance below (the speed-ups only where each device is a CPU core of its own). Run it
-on a machine it has to itself (`uptime`): anything beside it slows one side of a ratio.
+Chapters 6 to 8 (4 minutes here; a device is a CPU core without GPUs): in this process,
+the article's per-image loader against dp.load_fashion_mnist, and the article's loop,
+dp.train_batch_flat and the bare passes on 1 and K = 2 devices, each the median of
+--repeats interleaved rounds; perf_workers jobs `train` on 1, 2 and 4 processes and
+`allreduce` on 2 and 4; with two GPUs, chapter 7's ResNet-18 on 1 and 2 (train_ddp).
+Chapter 10 (tools/speed_wire.py, 2 minutes): DDP on a throttled loopback.
+
+A row is (measure, ratio, target, check): a row without a ratio is a heading; a row
+with a check is a claim of the text, one without is printed beside its goal only.
 """
 import argparse
 import itertools
@@ -29,7 +28,7 @@ import data_parallel as dp
 from data_parallel import launch, train_ddp
 from data_parallel.cli import at_least
 from data_parallel.jobs import perf_workers
-from tools.claims import print_table, verdict
+from tools import speed_wire
 
 BATCH, LR, K = 256, 0.2, 2
 NUM_VALUES = sum(p.numel() for p in dp.init_lenet_params())
@@ -51,16 +50,25 @@ MODEL_ERROR = 0.5  # chapter 8: the cost model within 50 % of the DDP step
 # measured 12.2 s -> 7.5 s (1.63x) with nn.DataParallel. 1.2 leaves room for PCIe
 # without peer-to-peer (45 MB allreduced per step); below it the second GPU adds little
 RESNET_SPEEDUP = 1.2
+NAME_WIDTH = 52  # a row: 3 + 52 + 1 + 7 + 2 + 16 + 1 + 6 = 88 columns
 
 
 def parse_args(argv=None):
-    """--batches, --repeats, --check; a bad value ends with one line (exit 2)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--batches', type=at_least(1, int), default=40,
-                        help='minibatches of 256 per timed training run (default 40)')
-    parser.add_argument('--repeats', type=at_least(1, int), default=3)
+    """The flags; a bad value ends the program with one line (exit 2)."""
+    parser = argparse.ArgumentParser(prog='speed.py',
+                                     description=__doc__.splitlines()[0])
     parser.add_argument('--check', action='store_true',
                         help='exit 1 when a claim of the text is missed (make speed)')
+    parser.add_argument('--only', choices=('6-8', '10'),
+                        help="one table: chapters 6 to 8's, or chapter 10's")
+    parser.add_argument('--batches', type=at_least(1, int), default=40,
+                        help='chapters 6-8: minibatches of 256 per timed training run '
+                        '(default 40)')
+    parser.add_argument('--repeats', type=at_least(1, int), default=3,
+                        help='chapters 6-8: rounds, of which the median (default 3)')
+    parser.add_argument('--steps', type=at_least(1, int, 100), default=5,
+                        help='chapter 10: timed steps per job, after 2 of warm-up '
+                        '(default 5)')
     return parser.parse_args(argv)
 
 
@@ -71,7 +79,7 @@ def replicas(devices, make=dp.FlatParams):
 
 def in_process_runs(devices, n, pool):
     """The functions to time, by name, every code path warmed up once."""
-    our_train, _ = dp.load_fashion_mnist(BATCH)  # first: one clear error if no data
+    our_train, _ = dp.load_fashion_mnist(BATCH)
     image_train = dp.per_image_loader(BATCH)
     batches = [(X, y, *dp.split_batch(X, y, devices))  # pre-loaded, shuffled, split
                for X, y in itertools.islice(our_train, n)]
@@ -96,25 +104,17 @@ def in_process_runs(devices, n, pool):
             IMPROVED_ONE: lambda: dp.loop(our_train, improved_1, n)}
 
 
-def median_times(runs, devices, repeats):
-    """dp.median_seconds of runs, a round at a time: a long run shows its progress."""
-    rounds = []
-    for r in range(repeats):
-        rounds.append(dp.median_seconds(runs, devices, repeats=1))
-        for name, seconds in rounds[-1].items():
-            print(f'repeat {r + 1}/{repeats}: {name}: {seconds:.2f} s', flush=True)
-    return {name: statistics.median(times[name] for times in rounds) for name in runs}
-
-
-def measure(args):
-    """Every measurement of the table: (times in this process, DDP runs, allreduces)."""
-    devices = dp.get_devices(K)  # on a CPU: one core per device
-    print(f'load average before: {os.getloadavg()[0]:.2f} (1 minute), '
-          f'{torch.get_num_threads()} intra-op thread(s)', flush=True)
+def in_process_times(batches, repeats):
+    """dp.median_seconds of each run, a round at a time: a long run shows progress."""
+    devices, rounds = dp.get_devices(K), []  # on a CPU: one core per device
+    print(f'{torch.get_num_threads()} intra-op thread(s)', flush=True)
     with ThreadPoolExecutor(K) as pool:  # one thread per device
-        t = median_times(in_process_runs(devices, args.batches, pool), devices,
-                         args.repeats)
-    return (t, *job_runs(args.batches))
+        runs = in_process_runs(devices, batches, pool)
+        for r in range(repeats):
+            rounds.append(dp.median_seconds(runs, devices, repeats=1))
+            for name, seconds in rounds[-1].items():
+                print(f'repeat {r + 1}/{repeats}: {name}: {seconds:.2f} s', flush=True)
+    return {name: statistics.median(times[name] for times in rounds) for name in runs}
 
 
 def job_runs(batches):
@@ -146,19 +146,24 @@ def one_core_each():
     return not torch.cuda.is_available() and dp.cpu_cores() >= K
 
 
-def derived(t, ddp, rings, n):
-    """Throughputs (examples/s), the cost model's errors (predicted / measured - 1)."""
-    # chapter 8's cost model, filled with the allreduce measured at LeNet's size
-    return {'rate': {k: run['ddp']['examples_per_second'] for k, run in ddp.items()},
-            'improved_rate': n * BATCH / t[IMPROVED],
-            'errors': {k: dp.step_seconds(ddp[k]['nosync']['step_seconds'], NUM_VALUES,
-                                          k, rings[k, LENET_MB]['busbw']['torch'])
-                       / ddp[k]['ddp']['step_seconds'] - 1 for k in (2, 4)}}
+def measure(args):
+    """Chapters 6 to 8's measurements, and the throughputs and errors they give."""
+    t = in_process_times(args.batches, args.repeats)
+    ddp, rings = job_runs(args.batches)
+    rate = {k: run['ddp']['examples_per_second'] for k, run in ddp.items()}
+    # chapter 8's cost model (predicted / measured - 1), with the allreduce measured at
+    # LeNet's size
+    errors = {k: dp.step_seconds(ddp[k]['nosync']['step_seconds'], NUM_VALUES, k,
+                                 rings[k, LENET_MB]['busbw']['torch'])
+              / ddp[k]['ddp']['step_seconds'] - 1 for k in (2, 4)}
+    return {'t': t, 'ddp': ddp, 'rings': rings, 'rate': rate, 'errors': errors,
+            'improved_rate': args.batches * BATCH / t[IMPROVED], 'n': args.batches,
+            'resnet_speedup': resnet_speedup()}  # None below two GPUs
 
 
-def table_rows(t, ddp, rings, fig, n):
-    """(measure, ratio, target, check) rows; a row without a ratio is a heading."""
-    rate, backend = fig['rate'], ddp[2]['backend']
+def table_rows(m):
+    """Chapters 6 to 8's (measure, ratio, target, check) rows."""
+    t, rate, backend, n = m['t'], m['rate'], m['ddp'][2]['backend'], m['n']
     faster = (f'>= {SPEEDUP}', lambda x: x >= SPEEDUP)
     in_turn = (f'< {LOOP_SPEEDUP}', lambda x: x < LOOP_SPEEDUP)
     if not one_core_each():  # the speed-ups' premise: a CPU core per device
@@ -185,68 +190,106 @@ def table_rows(t, ddp, rings, fig, n):
          '(goal <= 1.05)', None),
         ('passes: threads / one after the other', t[THREADS] / t[SERIAL], '', None),
         (f'improved loop: throughput / DDP ({backend}, 2 processes)',
-         fig['improved_rate'] / rate[2], '(goal >= 0.90)', None),
+         m['improved_rate'] / rate[2], '(goal >= 0.90)', None),
         ("improved loop: throughput / article's (per-image)",
          t[ARTICLE_IMAGES] / t[IMPROVED], '', None),
         ('Allreduce of 25 MB (bandwidth / torch.distributed.all_reduce)',
          None, None, None)]
     for k in (2, 4):
-        bw, floor = rings[k, 25]['algbw'], RING_FLOOR[rings[k, 25]['backend']]
+        bw, floor = m['rings'][k, 25]['algbw'], RING_FLOOR[m['rings'][k, 25]['backend']]
         rows += [(f'ring from scratch, k = {k}', bw['ring'] / bw['torch'],
                   f'> {floor}', lambda x, floor=floor: x > floor),
                  (f"star (the article's pattern), k = {k}", bw['star'] / bw['torch'],
                   '', None)]
     rows += [('Cost model, DDP step (predicted / measured - 1)', None, None, None)]
     rows += [(f'error at k = {k}', error, f'within +-{MODEL_ERROR}',
-              lambda x: abs(x) < MODEL_ERROR) for k, error in fig['errors'].items()]
-    if fig['resnet_speedup'] is not None:  # two GPUs or more
+              lambda x: abs(x) < MODEL_ERROR) for k, error in m['errors'].items()]
+    if m['resnet_speedup'] is not None:  # two GPUs or more
         rows += [('ResNet-18 on GPUs (chapter 7)', None, None, None),
-                 ('epoch time, 1 GPU / 2 GPUs', fig['resnet_speedup'],
+                 ('epoch time, 1 GPU / 2 GPUs', m['resnet_speedup'],
                   f'>= {RESNET_SPEEDUP}', lambda x: x >= RESNET_SPEEDUP)]
     return rows
 
 
-def print_absolute(t, ddp, rings, fig):
+def print_absolute(m):
     """The measured times, throughputs and bandwidths behind the ratios."""
     print('\nAbsolute numbers (medians):')
-    for name, value in t.items():
+    for name, value in m['t'].items():
         print(f'   {name:<52} {value:7.3f} s')
-    for k, run in ddp.items():
+    for k, run in m['ddp'].items():
         print(f'   DDP, {k} x {BATCH // k}: compute only '
               f'{run["compute"]["step_seconds"] * 1e3:.1f} ms, with DDP '
               f'{run["ddp"]["step_seconds"] * 1e3:.1f} ms a step, '
-              f'{fig["rate"][k]:,.0f} examples/s')
-    print(f'   improved loop {fig["improved_rate"]:,.0f} examples/s')
+              f'{m["rate"][k]:,.0f} examples/s')
+    print(f'   improved loop {m["improved_rate"]:,.0f} examples/s')
     print('   allreduce, GB/s of data (star and ring checked equal to all_reduce):')
-    for (k, mb), ring in rings.items():
+    for (k, mb), ring in m['rings'].items():
         gbs = ', '.join(f'{name} {v / 1e9:.2f}' for name, v in ring['algbw'].items())
         print(f'   {mb:5.2f} MB, k = {k}: {gbs}')
-    for k, error in fig['errors'].items():
-        compute = ddp[k]['nosync']['step_seconds']
-        allreduce = rings[k, LENET_MB]['seconds']['torch']
-        print(f'   cost model, k = {k}: no_sync {compute * 1e3:.1f} ms + allreduce '
-              f'{allreduce * 1e3:.2f} ms, measured '
-              f'{ddp[k]["ddp"]["step_seconds"] * 1e3:.1f} ms: {100 * error:+.0f} %')
+    for k, error in m['errors'].items():
+        step = m['ddp'][k]
+        print(f'   cost model, k = {k}: no_sync '
+              f'{step["nosync"]["step_seconds"] * 1e3:.1f} ms + allreduce '
+              f'{m["rings"][k, LENET_MB]["seconds"]["torch"] * 1e3:.2f} ms, measured '
+              f'{step["ddp"]["step_seconds"] * 1e3:.1f} ms: {100 * error:+.0f} %')
+
+
+def judge(rows):
+    """The rows whose check fails, each as 'heading: measure'."""
+    missed, heading = [], ''
+    for name, value, _, check in rows:
+        if value is None:
+            heading = name.split(',')[0].split(':')[0].split(' (')[0]
+        elif check is not None and not check(value):
+            missed.append(f'{heading}: {name}')
+    return missed
+
+
+def print_table(rows):
+    """The table of ratios, each with its target and met or MISSED; how many met."""
+    print(f'\n{"measure":<{NAME_WIDTH + 3}} {"ratio":>7}  {"target":<16} met')
+    for name, value, target, check in rows:
+        if value is None:
+            print(f'-- {name}')
+            continue
+        met = '' if check is None else ('met' if check(value) else 'MISSED')
+        print(f'   {name:<{NAME_WIDTH}} {value:7.2f}  {target:<16} {met}'.rstrip())
+    claims = sum(value is not None and check is not None for _, value, _, check in rows)
+    print(f'{claims - len(judge(rows))} of {claims} claims met')
 
 
 def main(argv=None):
-    """Measure, print the table; 1 with --check when a claim is missed, else 0."""
+    """Each table measured and printed; 2: no throttled wire, 1: --check and a miss."""
     args = parse_args(argv)
+    tables = {'6-8': (measure, table_rows, print_absolute),
+              '10': (speed_wire.measure, speed_wire.table_rows,
+                     speed_wire.print_absolute)}
+    tables = {k: v for k, v in tables.items() if args.only in (None, k)}
+    dp.read_fashion_mnist(True), dp.read_fashion_mnist(False)  # one line if missing
+    problem = dp.throttle_problem() if '10' in tables else None
+    if problem is not None:  # said before the 4 minutes of the other table
+        print(f'speed: no throttled wire on this machine: {problem} '
+              '(--only 6-8 runs the other table)', file=sys.stderr)
+        return 2
     torch.manual_seed(0)
     dp.describe_environment()
-    t, ddp, rings = measure(args)
-    speedup = resnet_speedup()  # None below two GPUs
-    load_after = os.getloadavg()[0]
-    fig = derived(t, ddp, rings, args.batches) | {'resnet_speedup': speedup}
-    rows = table_rows(t, ddp, rings, fig, args.batches)
-    print_table(rows)
-    print_absolute(t, ddp, rings, fig)
-    print(f'load average after: {load_after:.2f} (1 minute), {dp.cpu_cores()} cores')
-    return verdict(rows, args.check)
+    missed = []
+    for measure_table, rows_of, print_numbers in tables.values():
+        print(f'load average before: {os.getloadavg()[0]:.2f} (1 minute)', flush=True)
+        measured = measure_table(args)
+        load_after, rows = os.getloadavg()[0], rows_of(measured)
+        print_table(rows)
+        print_numbers(measured)
+        print(f'load average after: {load_after:.2f} (1 minute), {dp.cpu_cores()} '
+              'cores\n')
+        missed += judge(rows)
+    for name in missed:  # last, where a log's end shows them
+        print(f'MISSED: {name}')
+    return 1 if args.check and missed else 0
 
 
 if __name__ == '__main__':
     try:
         sys.exit(main())
     except dp.DataUnavailableError as error:
-        sys.exit(f'benchmark: {error}')  # one line that says what to do, no traceback
+        sys.exit(f'speed: {error}')  # one line that says what to do, no traceback
