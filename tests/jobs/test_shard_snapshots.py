@@ -13,6 +13,7 @@ pytestmark = pytest.mark.slow  # every test here starts torchrun jobs
 SHARD = 'data_parallel.jobs.shard_workers'
 FLAGS = ['train', '--impls', 'fsdp', '--hidden', 8, '--optimizer', 'adam',
          '--lr', 0.001]
+REMOVE = 'remove that folder to resume from the one before it.'
 OTHER = ('was taken with {}: pass the same flags to resume, or another folder to start '
          'afresh.')
 
@@ -58,20 +59,6 @@ def test_a_folder_of_other_flags_is_named(tmp_path, saved, change, says):
     assert contents(folder) == contents(saved)
 
 
-def test_a_folder_without_its_configuration_is_named(tmp_path, saved):
-    folder = shutil.copytree(saved, tmp_path / 'snapshots')
-    (folder / 'step-2' / 'config.json').unlink()
-    error = failure(SHARD, 1, *FLAGS, '--steps', 4, '--snapshot', folder)
-    assert f'--snapshot {folder / "step-2"} records no configuration' in error
-
-
-def test_the_same_flags_resume(tmp_path, saved):
-    folder = shutil.copytree(saved, tmp_path / 'snapshots')
-    out = torchrun(SHARD, 1, *FLAGS, '--steps', 3, '--snapshot', folder)
-    assert 'resumed from the snapshot taken after step 2' in out
-    assert sorted(p.name for p in folder.iterdir()) == ['step-1', 'step-2', 'step-3']
-
-
 def cut_short(path):
     """Keep the first half of the file at path, as a copy that stopped halfway does."""
     path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
@@ -79,24 +66,26 @@ def cut_short(path):
 
 @pytest.mark.parametrize('damage, says', [
     (lambda step: (step / '__0_0.distcp').unlink(),
-     'is incomplete (__0_0.distcp missing)'),
+     'is incomplete (__0_0.distcp missing): ' + REMOVE),
     (lambda step: cut_short(step / '__0_0.distcp'),
-     'is incomplete (__0_0.distcp cut short)'),
-    (lambda step: cut_short(step / '.metadata'), 'has a damaged .metadata'),
-], ids=['missing', 'cut-short', 'metadata-cut-short'])
-def test_an_incomplete_newest_step_is_named(tmp_path, saved, damage, says):
+     'is incomplete (__0_0.distcp cut short): ' + REMOVE),
+    (lambda step: cut_short(step / '.metadata'),
+     'has a damaged .metadata (UnpicklingError): ' + REMOVE),
+    (lambda step: (step / 'config.json').unlink(), 'records no configuration '
+     '(config.json): pass another --snapshot folder to start afresh.'),
+], ids=['missing', 'cut-short', 'metadata-cut-short', 'no-configuration'])
+def test_a_damaged_newest_step_is_named(tmp_path, saved, damage, says):
     """C14: a shard deleted, not copied or cut short: DCP's traceback on each rank."""
     folder = shutil.copytree(saved, tmp_path / 'snapshots')
     damage(folder / 'step-2')
     before = contents(folder)
     error = failure(SHARD, 1, *FLAGS, '--steps', 4, '--snapshot', folder)
     assert f'--snapshot {folder / "step-2"} {says}' in error
-    assert 'remove that folder to resume from the one before it.' in error
     assert 'Traceback (most recent' not in error and 'resumed from' not in error
     assert contents(folder) == before
 
 
-def test_a_stray_step_folder_is_ignored(tmp_path, saved):
+def test_the_same_flags_resume_past_a_stray_step_folder(tmp_path, saved):
     """C14: step-old was `ValueError: invalid literal for int()` on rank 0."""
     folder = shutil.copytree(saved, tmp_path / 'snapshots')
     (folder / 'step-old').mkdir()
@@ -104,3 +93,5 @@ def test_a_stray_step_folder_is_ignored(tmp_path, saved):
     out = torchrun(SHARD, 1, *FLAGS, '--steps', 3, '--snapshot', folder)
     assert 'resumed from the snapshot taken after step 2' in out
     assert (folder / 'step-3' / '.metadata').is_file()
+    assert sorted(p.name for p in folder.iterdir()) == ['step-1', 'step-2', 'step-3',
+                                                        'step-old']
