@@ -11,6 +11,9 @@ from tests.jobs.helpers import failure, python
 
 OFFLINE = {'http_proxy': 'http://127.0.0.1:9', 'https_proxy': 'http://127.0.0.1:9'}
 START = 'Start this module with torchrun, for example: torchrun --standalone '
+PERF, SHARD = 'data_parallel.jobs.perf_workers', 'data_parallel.jobs.shard_workers'
+TP = 'data_parallel.jobs.tp_workers'
+JOB = 'torchrun ... -m data_parallel.jobs.{}: error: argument '  # argparse's, in a job
 
 
 def the_one_line(result, before=('usage: ', ' ')):
@@ -25,15 +28,29 @@ def the_one_line(result, before=('usage: ', ' ')):
 @pytest.mark.parametrize('case, argv, code, line', [
     (5, ['-m', 'data_parallel.train_ddp', '--epochs', '2'], 1,
      START + '--nproc-per-node=2 -m data_parallel.train_ddp'),
-    (8, ['-m', 'data_parallel.jobs.perf_workers', 'allreduce'], 1,
-     START + '--nproc-per-node=2 -m data_parallel.jobs.perf_workers allreduce'),
-    (11, ['-m', 'data_parallel.jobs.perf_workers'], 2,
-     'torchrun ... -m data_parallel.jobs.perf_workers: error: the following '
-     'arguments are required: mode'),
+    (8, ['-m', PERF, 'allreduce'], 1,
+     START + f'--nproc-per-node=2 -m {PERF} allreduce'),
+    (11, ['-m', PERF], 2, f'torchrun ... -m {PERF}: error: the following arguments '
+     'are required: mode'),
     (15, ['-m', 'tools.speed', '--repeats', '-1'], 2,
      'speed.py: error: argument --repeats: -1 is too small: use at least 1'),
     (17, ['tools/gpu_check.py', '--foo'], 2,
      'gpu_check.py takes no arguments (got --foo): run it as `make gpu-check`.'),
+    ('flag', ['-m', PERF, 'allreduce', '--mb', '-1'], 2, JOB.format(
+        'perf_workers allreduce') + '--mb: -1: use a finite number greater than 0'),
+    ('flag', ['-m', PERF, 'train', '--impls', 'magic'], 2, JOB.format(
+        'perf_workers train') + "--impls: invalid choice: 'magic' (choose from "
+     "'compute', 'nosync', 'ddp', 'flat', 'ring', 'overlap')"),
+    ('flag', ['-m', SHARD, 'train', '--steps', '0'], 2, JOB.format(
+        'shard_workers train') + '--steps: 0 is too small: use at least 1'),
+    ('flag', ['-m', TP, 'cost', '--batch-sizes', 'x'], 2, JOB.format(
+        'tp_workers cost') + "--batch-sizes: 'x' is not a whole number"),
+    ('flag', ['-m', 'tools.speed', '--repeats', 'many'], 2,
+     "speed.py: error: argument --repeats: 'many' is not a whole number"),
+    ('notebook', ['tools/execute_notebooks.py', 'book/99_missing.ipynb'], 1,
+     'book/99_missing.ipynb: no such notebook'),
+    ('notebook', ['tools/execute_notebooks.py'], 1,
+     'usage: execute_notebooks.py NOTEBOOK.ipynb [...]'),
 ])
 def test_a_program_refuses_bad_input_in_one_line(case, argv, code, line):
     result = python(*argv)
@@ -83,8 +100,7 @@ def test_a_failing_notebook_is_named_and_not_saved(tmp_path):
 @pytest.mark.slow
 def test_allreduce_of_more_than_memory_stops_in_one_line(fashion_root):
     """Case 10: --mb 1e9 was the allocator's traceback in every worker."""
-    error = failure('data_parallel.jobs.perf_workers', 2, 'allreduce', '--mb', '1e9',
-                    timeout=120)
+    error = failure(PERF, 2, 'allreduce', '--mb', '1e9', timeout=120)
     assert error.splitlines() == [
         'torchrun exited with code 1:',
         '--mb 1e+09: 1e+06 GB per process do not fit in the memory of cpu: '
@@ -100,17 +116,14 @@ def unchecked(module, world_size, *args):
 @pytest.mark.slow
 @pytest.mark.parametrize('module, world_size, args, size', [
     (launch.TRAINER, 4, ['--batch-size', 2, '--epochs', 1, '--num-train', 64], 2),  # C8
-    ('data_parallel.jobs.perf_workers', 2, ['train', '--batch-size', 1, '--steps', 1,
-                                            '--warmup', 0, '--impls', 'ddp', 'flat'],
-     1),  # C9
-    ('data_parallel.jobs.wire_workers', 2, ['measure', '--batch-size', 3, '--steps', 1,
-                                            '--warmup', 0, '--hidden', 8,
-                                            '--variants', 'compute'], 3),  # C9
+    (PERF, 2, ['train', '--batch-size', 1, '--steps', 1, '--warmup', 0, '--impls',
+               'ddp', 'flat'], 1),  # C9
 ])
 def test_a_batch_that_does_not_split_evenly_stops_the_job_in_one_line(
         fashion_root, module, world_size, args, size):
     """C8, C9: refused on every rank before joining (else the job ran on with a wrong
-    step, or a rank's broken connection ended its output), said once."""
+    step, or a rank's broken connection ended its output), said once; train_ddp's
+    check and measure.run_mode's, which every job of jobs/ calls (wire_workers too)."""
     line = (f'--batch-size {size} does not split evenly over {world_size} processes: '
             f'use a multiple of {world_size}.')
     with pytest.raises(RuntimeError) as error:

@@ -1,5 +1,6 @@
-"""Bad input at every entry point gets one line that says what to do, no traceback, no
-hang, and nothing on disk changed: flags, snapshot and data files, and the programs."""
+"""Bad input gets one line that says what to do, no traceback, no hang, and nothing on
+disk changed: train_ddp's flags, snapshot and data files, a download that fails (the
+programs' flags: test_bad_input_programs.py; snapshots in a job: test_snapshots.py)."""
 import contextlib
 import shutil
 import socket
@@ -11,10 +12,7 @@ import torch
 
 import data_parallel as dp
 from data_parallel import launch, snapshot, train_ddp
-from tests.jobs.helpers import failure, python
-
-PERF, SHARD = 'data_parallel.jobs.perf_workers', 'data_parallel.jobs.shard_workers'
-TP = 'data_parallel.jobs.tp_workers'
+from tests.jobs.helpers import failure
 
 
 @pytest.mark.parametrize('argv, message', [
@@ -33,11 +31,8 @@ def test_ddp_flags_are_checked_before_any_work(argv, message, capsys):
     assert message in capsys.readouterr().err.strip().splitlines()[-1]
 
 
-GARBAGE = b'not a snapshot at all'
-
-
 @pytest.mark.parametrize('damage', [
-    lambda path: path.write_bytes(GARBAGE),  # not a zip: also a file cut short
+    lambda path: path.write_bytes(b'garbage'),  # not a zip: also a file cut short
     lambda path: torch.save({'model': torch.nn.Linear(2, 2)}, path),  # not weights only
     lambda path: torch.save({'weights': torch.zeros(3)}, path),  # other keys
 ], ids=['garbage', 'a-whole-module', 'wrong-keys'])
@@ -52,17 +47,6 @@ def test_a_damaged_snapshot_gets_one_line_and_stays_as_it_is(tmp_path, damage):
     assert 'weights_only' not in problem  # no advice to load untrusted pickles
     assert 'Move it away, or pass another --snapshot path.' in problem
     assert path.read_bytes() == before
-
-
-@pytest.mark.slow
-def test_torchrun_job_with_a_damaged_snapshot_stops_with_that_line(tmp_path,
-                                                                   fashion_root):
-    path = tmp_path / 'snapshot.pt'
-    path.write_bytes(GARBAGE)
-    error = failure(launch.TRAINER, 2, '--snapshot', path, '--num-train', 256,
-                    timeout=120)
-    assert f'--snapshot {path} is damaged or not a PyTorch file.' in error
-    assert path.read_bytes() == GARBAGE
 
 
 def test_a_truncated_data_file_is_named(tmp_path, fashion_root):
@@ -80,35 +64,6 @@ def test_a_truncated_data_file_is_named(tmp_path, fashion_root):
     assert images.stat().st_size == 1_000_000  # nothing was replaced behind our back
     X_test, _ = dp.read_fashion_mnist(False, root=tmp_path)  # the intact split loads
     assert X_test.shape == (10_000, 1, 28, 28)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize('argv, message', [
-    (['-m', PERF, 'allreduce', '--mb', '-1'],
-     'argument --mb: -1: use a finite number greater than 0'),
-    (['-m', PERF, 'train', '--steps', '0'], 'argument --steps: 0 is too small'),
-    (['-m', PERF, 'train', '--impls', 'magic'], "invalid choice: 'magic'"),
-    (['-m', SHARD, 'train', '--steps', '0'], 'argument --steps: 0 is too small'),
-    (['-m', SHARD, 'train', '--impls', 'magic'], "invalid choice: 'magic'"),
-    (['-m', SHARD, 'zero1', '--lr', '-1'],
-     'argument --lr: -1: use a finite number greater than 0'),
-    (['-m', SHARD, 'zero1'], 'Start this module with torchrun'),
-    (['-m', TP, 'check', '--dim', '0'], 'argument --dim: 0 is too small'),
-    (['-m', TP, 'cost', '--batch-sizes', 'x'],
-     "argument --batch-sizes: 'x' is not a whole"),
-    (['-m', TP, 'check'], 'Start this module with torchrun'),
-    (['-m', 'tools.speed', '--batches', '0'], 'argument --batches: 0 is too small'),
-    (['-m', 'tools.speed', '--repeats', 'many'],
-     "argument --repeats: 'many' is not a whole number"),
-    (['tools/execute_notebooks.py', 'book/99_missing.ipynb'],
-     'book/99_missing.ipynb: no such notebook'),
-    (['tools/execute_notebooks.py'],
-     'usage: execute_notebooks.py NOTEBOOK.ipynb [...]'),
-])
-def test_programs_answer_bad_flags_with_one_line(argv, message):
-    result = python(*argv)
-    assert result.returncode != 0 and 'Traceback' not in result.stderr, result.stderr
-    assert message in result.stderr.strip().splitlines()[-1]
 
 
 @contextlib.contextmanager
