@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 
-from tools.browser import PAGE_TIMEOUT_S, exists, load, wait
+from data_parallel.figures import COLUMN_PX
+from tools.browser import PAGE_TIMEOUT_S, exists, load, until, wait
 
 # Lexers whose blocks are plain text by design (cell outputs, literal blocks).
 PLAIN_LEXERS = {'none', 'text', 'default', 'myst-ansi', 'output', 'console-output'}
@@ -61,7 +62,7 @@ def _run(driver, script, *args):
 
 def _until(driver, script, *args, timeout=PAGE_TIMEOUT_S):
     """Run `script` (as _run does) until it returns something truthy or time is up."""
-    return wait(lambda: _run(driver, script, *args), timeout)
+    return until(driver, _HELPERS_JS + script, *args, timeout=timeout)
 
 
 def screenshot(driver, path, max_height=12000):
@@ -237,7 +238,10 @@ def check_page(driver, base_url, html_root, rel, forbidden=()):
                  for snippet in forbidden if snippet in text]
     problems += [f"solution shown without a click ({box['kind']}): {box['text']!r}"
                  for box in facts['solutions'] if box['open']]
-    return problems
+    for check in (code_width_problems, solution_problems, alt_text_problems,
+                  authoring_mark_problems, cjk_glyph_problems):
+        problems += check(driver)
+    return problems + figure_size_problems(driver, COLUMN_PX)
 
 
 # -------------------------------------------------------------------------- solutions
@@ -382,6 +386,20 @@ def navigation_problems(driver):
     if searches > 1:
         problems.append(f'{_width(driver)}px: {searches} search boxes shown '
                         '(an extra top bar?)')
+    return problems
+
+
+def screen_problems(driver, phone, fit_on_phone=False, shot=None):
+    """At the window's width: navigation_problems, a solution opens with its code
+    (a shot of it to `shot`); on a phone, nothing wider than the screen, and with
+    fit_on_phone no code block cut."""
+    problems = navigation_problems(driver)
+    if phone:
+        problems += wide_element_problems(driver)
+        problems += cut_code_problems(driver) if fit_on_phone else []
+    if open_solution(driver, with_code=True, shot=shot) is False:
+        problems.append(f'{_width(driver)}px: a solution did not open with its code '
+                        'inside')
     return problems
 
 

@@ -76,7 +76,6 @@ def test_book_is_built():
 
 @pytest.mark.parametrize('rel', pages())
 def test_page(browser, site, rel):
-    from data_parallel.figures import COLUMN_PX
     nb = notebooks().get(rel)
     forbidden = pagecheck.removed_snippets(nb) if nb else ()
     browser.set_window_size(pagecheck.DESKTOP, 900)
@@ -84,11 +83,8 @@ def test_page(browser, site, rel):
     pagecheck.screenshot(browser, shot_name(rel))
     if nb:
         problems += chapter_problems(browser, rel, nb)
-    problems += pagecheck.alt_text_problems(browser)
-    problems += pagecheck.figure_size_problems(browser, COLUMN_PX)
-    problems += pagecheck.solution_problems(browser)
-    problems += pagecheck.authoring_mark_problems(browser)
-    problems += pagecheck.cjk_glyph_problems(browser)
+    if (ROOT / rel).with_suffix('.md').is_file():
+        problems += language_problems(browser, (ROOT / rel).with_suffix('.md'))
     shot = shot_name(rel, '--solution-open')        # the window around the solution
     if pagecheck.open_solution(browser, shot=shot) is False:
         problems.append('a collapsed solution did not open when clicked')
@@ -97,12 +93,16 @@ def test_page(browser, site, rel):
 
 def chapter_problems(driver, rel, nb):
     """What a chapter page must offer beyond the common checks."""
-    problems = []
     cfg = config()
     repo = cfg['repository']['url'].rstrip('/')
-    hrefs = set(driver.execute_script(
-        "return Array.from(document.querySelectorAll('a[href]')).map(a => a.href)"))
     src = rel.removesuffix('.html') + '.ipynb'
+    page = driver.execute_script(r"""
+      const links = Array.from(document.querySelectorAll('a[href]')),
+            entry = document.querySelector('nav.bd-docs-nav a.current') ||
+                    document.querySelector('nav.bd-docs-nav li.current > a');
+      return {hrefs: links.map(a => a.href), entry: entry && entry.textContent.trim(),
+              saves: links.filter(a => a.href.endsWith(arguments[0]))
+                       .map(a => a.getAttribute('download'))};""", f'_sources/{src}')
     # Colab, Kaggle and the download give the chapter's reader copy
     # (tools/reader_copies.py); Colab and Kaggle open it at the commit built
     reader = f"{cfg['sphinx']['config']['reader_copies']}/{Path(src).name}"
@@ -115,26 +115,18 @@ def chapter_problems(driver, rel, nb):
         'repository button': repo,
         'issue button': f'{repo}/issues/new',
     }
-    problems += [f'no {what} (a link containing {needle!r})'
-                 for what, needle in wanted.items()
-                 if not any(needle in href for href in hrefs)]
-    saves = driver.execute_script(r"""
-      return Array.from(document.querySelectorAll('a[href]'))
-        .filter(a => a.href.endsWith(arguments[0]))
-        .map(a => a.getAttribute('download'));""", f'_sources/{src}')
-    if any(name != Path(src).name for name in saves):
+    problems = [f'no {what} (a link containing {needle!r})'
+                for what, needle in wanted.items()
+                if not any(needle in href for href in page['hrefs'])]
+    if any(name != Path(src).name for name in page['saves']):
         problems.append(f'a download link shows the notebook in a tab, not saves it: '
-                        f'download={saves}, not {Path(src).name!r}')
+                        f"download={page['saves']}, not {Path(src).name!r}")
     if not (HTML / '_sources' / src).is_file():
         problems.append(f'the download link points to a missing _sources/{src}')
     elif (HTML / '_sources' / src).read_bytes() != (ROOT / reader).read_bytes():
         problems.append(f'the download _sources/{src} is not the reader copy {reader}')
-    entry = driver.execute_script(r"""
-      const a = document.querySelector('nav.bd-docs-nav a.current') ||
-                document.querySelector('nav.bd-docs-nav li.current > a');
-      return a ? a.textContent.trim() : null;""")
-    if not entry or not re.match(r'^\d+(\.\d+)*\.\s', entry):
-        problems.append(f'not numbered in the table of contents: {entry!r} '
+    if not re.match(r'^\d+(\.\d+)*\.\s', page['entry'] or ''):
+        problems.append(f"not numbered in the table of contents: {page['entry']!r} "
                         '(`numbered: true` in _toc.yml)')
     return problems + figure_problems(driver, nb)
 
@@ -165,20 +157,27 @@ def figure_problems(driver, nb):
 
 
 def test_front_matter(browser, site):
-    """Title, author, logo and table of contents: the book's own, no template text."""
+    """Title, author, logo and table of contents: the book's own, no template text;
+    the intro explains `#@save` and `dp` once, with a link to the package's source."""
     cfg = config()
     assert not any(p in str(cfg) for p in PLACEHOLDERS), 'template text in _config.yml'
     assert cfg.get('logo'), '_config.yml sets no logo'
-    load(browser, site + 'index.html')
+    load(browser, site + 'index.html')                # redirected to the intro
     facts = browser.execute_script(r"""
-      const logo = document.querySelector('img.logo__image');
+      const logo = document.querySelector('img.logo__image'),
+            links = css => Array.from(document.querySelectorAll(css + ' a[href]'));
       return {title: document.title,
               logo: logo ? [logo.getAttribute('src'), logo.naturalWidth] : null,
               footer: Array.from(document.querySelectorAll('footer'))
                         .map(f => f.textContent).join(' '),
               text: document.body.textContent,
-              toc: Array.from(document.querySelectorAll('nav.bd-docs-nav a'))
-                     .map(a => a.getAttribute('href'))};""")
+              intro: document.querySelector('article').textContent,
+              package: links('article').map(a => a.href),
+              toc: links('nav.bd-docs-nav').map(a => a.getAttribute('href'))};""")
+    assert '#@save' in facts['intro'] and 'import data_parallel as dp' in facts['intro']
+    folder = (f"{cfg['repository']['url'].rstrip('/')}/tree/"
+              f"{cfg['repository']['branch']}/book/data_parallel")
+    assert folder in facts['package'], f'no link to {folder}'
     assert cfg['title'] in facts['title']
     logo = facts['logo']
     assert logo and logo[0].endswith(Path(cfg['logo']).name), logo
@@ -192,14 +191,6 @@ def test_front_matter(browser, site):
         assert rel in listed, f'{doc} not in the table of contents: {sorted(listed)}'
 
 
-@pytest.mark.parametrize('rel', pages())
-def test_code_fits_88_columns(browser, site, rel):
-    """Code cells, text outputs and code blocks: no line over pagecheck.MAX_COLUMNS."""
-    load(browser, site + rel)
-    problems = pagecheck.code_width_problems(browser)
-    assert not problems, report(rel, problems)
-
-
 @pytest.mark.parametrize('width', [pagecheck.PHONE, pagecheck.DESKTOP])
 @pytest.mark.parametrize('rel', pages())
 def test_every_screen(browser, site, rel, width):
@@ -207,33 +198,14 @@ def test_every_screen(browser, site, rel, width):
     phone."""
     browser.set_window_size(width, 900)
     load(browser, site + rel)
-    problems = pagecheck.navigation_problems(browser)
-    if width == pagecheck.PHONE:
-        problems += pagecheck.wide_element_problems(browser)
-        if rel in FIT_ON_PHONE:
-            problems += pagecheck.cut_code_problems(browser)
     pagecheck.screenshot(browser, shot_name(rel, f'--{width}px'))
-    shot = shot_name(rel, f'--{width}px--solution')
-    if pagecheck.open_solution(browser, with_code=True, shot=shot) is False:
-        problems.append(f'{width}px: a solution did not open with its code inside')
+    problems = pagecheck.screen_problems(browser, width == pagecheck.PHONE,
+                                         rel in FIT_ON_PHONE,
+                                         shot_name(rel, f'--{width}px--solution'))
     load(browser, site + rel)
     if pagecheck.open_chapter_list(browser):
         browser.save_screenshot(str(shot_name(rel, f'--{width}px--chapter-list')))
     assert not problems, report(f'{rel} at {width}px', problems)
-
-
-def test_intro_explains_save_and_links_the_package(browser, site):
-    """`#@save` and `dp` are explained once, with a link to the package's source."""
-    cfg = config()
-    folder = (f"{cfg['repository']['url'].rstrip('/')}/tree/"
-              f"{cfg['repository']['branch']}/book/data_parallel")
-    load(browser, site + 'book/intro.html')
-    text, hrefs = browser.execute_script(r"""
-      return [document.querySelector('article').textContent,
-              Array.from(document.querySelectorAll('article a[href]'))
-                .map(a => a.href)];""")
-    assert '#@save' in text and 'import data_parallel as dp' in text
-    assert folder in hrefs, f'no link to {folder}'
 
 
 def front_matter(path):
@@ -242,23 +214,18 @@ def front_matter(path):
     return (yaml.safe_load(found[1]) or {}) if found else {}
 
 
-@pytest.mark.parametrize('doc', [d for d in toc_files()
-                                 if (ROOT / f'{d}.md').is_file()])
-def test_a_page_says_its_language(browser, site, doc):
+def language_problems(driver, page):
     """`<html lang>` is the front matter's `lang` (book_html_fixes), and a page written
     in Chinese has one: the browser picks the font and glyph forms of Chinese by it."""
-    wanted = front_matter(ROOT / f'{doc}.md').get('lang')
-    load(browser, site + f'{doc}.html')
-    lang, text = browser.execute_script(
+    wanted = front_matter(page).get('lang')
+    lang, text = driver.execute_script(
         "return [document.documentElement.lang, "
         "document.querySelector('article').textContent];")
     # a Chinese character against an English word: more of the first, a Chinese page
     hanzi = len(re.findall(r'[\u4e00-\u9fff]', text))
     words = len(re.findall(r'[A-Za-z]+', text))
-    if hanzi > words:
-        assert str(wanted).startswith('zh'), \
-            f'{doc}.md is in Chinese ({hanzi} characters, {words} English words) ' \
-            'but its front matter sets no `lang: zh-CN`'
-    if wanted:
-        assert lang == wanted, \
-            f'{doc}.html: <html lang="{lang}">, its front matter {wanted!r}'
+    if hanzi > words and not str(wanted).startswith('zh'):
+        return [f'{page.name} is in Chinese ({hanzi} characters, {words} English '
+                'words) but its front matter sets no `lang: zh-CN`']
+    return [f'<html lang="{lang}">, its front matter {wanted!r}'] \
+        if wanted and lang != wanted else []
