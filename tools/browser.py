@@ -104,7 +104,6 @@ def wait(predicate, timeout=PAGE_TIMEOUT_S, step=0.05):
     return predicate()
 
 
-
 def until(driver, script, *args, timeout=PAGE_TIMEOUT_S):
     """Run `script` in the page until it returns something truthy or time is up."""
     return wait(lambda: driver.execute_script(script, *args), timeout)

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import data_parallel as dp
-from tools.browser import chromium, load, serve
+from tools.browser import chromium, load, serve, until
 
 ROOT = dp.repo_root()
 SINGLEHTML = ROOT / '_build' / 'singlehtml'
@@ -72,11 +72,8 @@ def print_book(singlehtml, pdf):
         if broken:
             sys.exit(f'make_pdf: {len(broken)} image(s) did not load: {broken[:3]}')
         driver.execute_script(PREPARE_JS, PRINT_CSS)
-        end = time.monotonic() + 10
-        while not driver.execute_script(OPENED_JS):
-            if time.monotonic() > end:
-                sys.exit('make_pdf: a solution stayed collapsed')
-            time.sleep(0.1)
+        if not until(driver, OPENED_JS, timeout=10):
+            sys.exit('make_pdf: a solution stayed collapsed')
         time.sleep(0.5)                        # the toggles' fade-in (0.3 s)
         printed = driver.execute_cdp_cmd('Page.printToPDF', {
             'preferCSSPageSize': True, 'printBackground': True, 'scale': SCALE,

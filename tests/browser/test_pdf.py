@@ -28,21 +28,8 @@ def squash(text):
 
 
 def chapters():
-    """[(number, notebook)] of the chapters, as the book numbers them."""
-    return [(number, nb) for nb, number in reader_copies.chapters().items()]
-
-
-def cells(notebook, kind):
-    """The notebook's cells of `kind` (code, markdown)."""
-    cells = load(notebook)['cells']
-    return [cell for cell in cells if cell['cell_type'] == kind]
-
-
-def figure_captions(notebook):
-    """The captions of the chapter's figure cells (metadata mystnb.figure)."""
-    return [cell['metadata']['mystnb']['figure']['caption']
-            for cell in cells(notebook, 'code')
-            if cell.get('metadata', {}).get('mystnb', {}).get('figure')]
+    """[(number, notebook, its cells)] of the chapters, as the book numbers them."""
+    return [(n, nb, load(nb)['cells']) for nb, n in reader_copies.chapters().items()]
 
 
 @pytest.fixture(scope='module')
@@ -84,7 +71,7 @@ def starts(texts):
     # from the back, each before the next chapter's: the intro's list of chapters
     # may begin a page with "N. Title" too
     found, end = {}, len(texts)
-    for number, nb in reversed(chapters()):
+    for number, nb, _ in reversed(chapters()):
         heading = squash(f'{number}. {title(nb)}')
         found[number] = next((i for i in reversed(range(end))
                               if texts[i].startswith(heading)), None)
@@ -101,26 +88,28 @@ def test_every_chapter_starts_a_page_under_its_title(texts, starts):
     book = ''.join(texts)
     where = {True: 'in the text, on no page top', False: 'not in the text'}
     wrong = [f'{number}. {title(nb)} ({where[squash(title(nb)) in book]})'
-             for number, nb in chapters() if starts[number] is None]
+             for number, nb, _ in chapters() if starts[number] is None]
     assert not wrong, f'chapters not at the top of a page: {wrong}'
 
 
 def test_the_figures_are_embedded_as_images(pdf, texts):
-    captions = {number: figure_captions(nb) for number, nb in chapters()}
+    captions = [[c['metadata']['mystnb']['figure']['caption'] for c in cells
+                 if c.get('metadata', {}).get('mystnb', {}).get('figure')]
+                for _, _, cells in chapters()]
     # the page with the caption of chapter 1's first figure shows that figure
-    first = squash(f'Fig. 1.1 {captions[1][0]}')[:40]
+    first = squash(f'Fig. 1.1 {captions[0][0]}')[:40]
     pages = [i for i, text in enumerate(texts) if first in text]
     assert pages, f'no page with the caption {first!r}'
     assert any(pdf.pages[i].images for i in pages), \
         f'page {pages[0] + 1} has the caption of Fig. 1.1 but no image'
-    figures = sum(len(c) for c in captions.values())
+    figures = sum(map(len, captions))
     images = sum(len(page.images) for page in pdf.pages)
     assert images >= figures, f'{images} images in the PDF, {figures} figure cells'
 
 
-def has_math(notebook):
+def has_math(cells):
     """Whether the chapter's Markdown holds math (outside fenced code)."""
-    markdown = '\n'.join(text(c) for c in cells(notebook, 'markdown'))
+    markdown = '\n'.join(text(c) for c in cells if c['cell_type'] == 'markdown')
     return bool(MATH.search(re.sub(r'```.*?```', '', markdown, flags=re.DOTALL)))
 
 
@@ -139,8 +128,8 @@ def test_the_math_is_typeset(pdf, texts, starts):
     # that draws MathJax's glyphs
     bounds = sorted(i for i in starts.values() if i is not None) + [len(pdf.pages)]
     untypeset = []
-    for number, nb in chapters():
-        if starts[number] is None or not has_math(nb):
+    for number, nb, cells in chapters():
+        if starts[number] is None or not has_math(cells):
             continue
         end = next(i for i in bounds if i > starts[number])
         if not any(has_mathjax_font(pdf.pages[i]) for i in range(starts[number], end)):
