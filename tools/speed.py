@@ -275,13 +275,13 @@ def main(argv=None):
     dp.describe_environment()
     missed = []
     for measure_table, rows_of, print_numbers in tables.values():
-        print(f'load average before: {os.getloadavg()[0]:.2f} (1 minute)', flush=True)
+        print(f'\nload average before: {os.getloadavg()[0]:.2f} (1 minute)', flush=True)
         measured = measure_table(args)
         load_after, rows = os.getloadavg()[0], rows_of(measured)
         print_table(rows)
         print_numbers(measured)
-        print(f'load average after: {load_after:.2f} (1 minute), {dp.cpu_cores()} '
-              'cores\n')
+        print(f'load average after: {load_after:.2f} (1 minute), '
+              f'{dp.cpu_cores()} cores')
         missed += judge(rows)
     for name in missed:  # last, where a log's end shows them
         print(f'MISSED: {name}')
