@@ -1,7 +1,7 @@
 """Where the time goes: timing, flat buffers, the improved step, a cost model (#@save).
 
 The chapter times with ``median_seconds`` what ``one_pass``, ``loop`` and ``passes``
-run; ``tools/benchmark.py`` measures with the same functions. The allreduces that
+run; ``tools/speed.py`` measures with the same functions. The allreduces that
 chapter writes from point-to-point messages live in ``collectives``, beside the
 sharding chapter's reduce-scatter and all-gather.
 """
