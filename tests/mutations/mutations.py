@@ -58,7 +58,7 @@ class Mutation:
 
 CH = {int(path.name[:2]): path.name for path in chapters.CHAPTERS}  # CH[6]: chapter 6
 SCRATCH_TESTS = ('tests/unit/test_scratch.py',)
-# each mutation of performance.py and collectives.py runs the one test that checks it
+# the ring's mutation runs the one unit test of it (performance.py's: chapters 6, 8)
 PERF_TESTS = 'tests/unit/test_performance.py::'
 # chapter 10's four ways at 200 Mbit/s: the bytes per example of each variant
 WAYS = ((CH[10], 'checks-ways'),)
@@ -116,7 +116,7 @@ MUTATIONS = [
              'for X_shard, y_shard, replica in zip(X_shards, y_shards, replicas[:1]):\n'
              '            forward_backward(X_shard, y_shard, replica)\n'
              '    else:  # one thread per device: the devices work at the same time',
-             (PERF_TESTS + 'test_flat_trainer_matches_train_batch',), (CH[8],),
+             (), (CH[8],),
              checks=((CH[8], 'checks-flat'),)),
     Mutation('r-threads-take-turns',
              'train_batch_flat with a pool: each device waits for the one before it',
@@ -126,21 +126,20 @@ MUTATIONS = [
              '    else:  # one thread per device: the devices work at the same time\n'
              '        for shard in zip(X_shards, y_shards, replicas):\n'
              '            pool.submit(forward_backward, *shard).result()',
-             (PERF_TESTS + 'test_with_a_pool_the_devices_passes_run_at_the_same_time',),
-             (CH[6],)),
+             (), (CH[6],)),
     Mutation('g-cost-model-without-communication',
              'step_seconds drops the allreduce term: compute alone',
              'performance.py',
              'return compute_seconds + '
              'allreduce_seconds(num_values, k, bytes_per_second)',
-             'return compute_seconds', (PERF_TESTS + 'test_cost_model',), (CH[8],),
+             'return compute_seconds', (), (CH[8],),
              checks=COST_MODEL),
     Mutation('h-cost-model-star-traffic',
              "allreduce_seconds: the star's 2(k - 1)N, not the ring's 2(k - 1)/k N",
              'performance.py',
              'return 2 * (k - 1) / k * num_values * bytes_per_value / bytes_per_second',
              'return 2 * (k - 1) * num_values * bytes_per_value / bytes_per_second',
-             (PERF_TESTS + 'test_cost_model',), (CH[8],), checks=COST_MODEL),
+             (), (CH[8],), checks=COST_MODEL),
     Mutation('i-zero1-skips-all-gather',
              'zero1_step updates its own shard and never all-gathers the parameters',
              'sharding.py',
@@ -205,7 +204,7 @@ MUTATIONS = [
              'devices.py',
              "    if device.type == 'cpu':\n        torch.set_num_threads(1)\n",
              '    pass  # the device model forgotten\n',
-             ('tests/unit/test_devices.py::test_cpu_devices_are_one_core_each',),
+             ('tests/unit/test_devices.py::test_get_devices_with_simulated_gpus',),
              (CH[6], CH[8]), saved=False, checks=((CH[8], 'checks-one-core'),)),
     # chapter 11: tensor parallelism
     Mutation('tp-row-parallel-skips-g',
@@ -235,8 +234,8 @@ MUTATIONS = [
     Mutation('pp-bubble-with-p-not-p-minus-1',
              'bubble_fraction counts p idle slots instead of p - 1: p/(m + p)',
              'pipeline.py', 'return (p - 1) / (m + p - 1)', 'return p / (m + p)',
-             ('tests/unit/test_pipeline.py::test_bubble_formulas_have_p_minus_1_idle_'
-              'slots',), (CH[12],), checks=SCHEDULE),
+             ('tests/unit/test_pipeline.py::test_simulated_idle_share_is_the_'
+              'formula[2-4-4-gpipe]',), (CH[12],), checks=SCHEDULE),
     Mutation('pp-loss-not-divided-by-micro-batches',
              "the pipeline job's loss is each micro-batch's mean, not divided by m: "
              'gradients m times too large',
