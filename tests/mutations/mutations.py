@@ -266,6 +266,35 @@ MUTATIONS = [
              'taken = F.one_hot(chosen.flatten(), num_experts).cumsum(dim=0)',
              'taken = F.one_hot(chosen.flatten(), num_experts).flip(0).cumsum(dim=0)'
              '.flip(0)', (), (CH[14],), checks=((CH[14], 'checks-capacity'),)),
+    # chapter 15: FSDP and tensor parallelism on a 2-D mesh (the job's checks-mesh)
+    Mutation('mesh-tp-after-fully-shard',
+             'tensor parallelism is applied after fully_shard instead of before',
+             'jobs/mesh_workers.py',
+             "    model = parallelize_module(model, mesh['tp'], plan)  # first TP, "
+             "then FSDP on dp\n    fully_shard(model, mesh=mesh['dp'], "
+             'mp_policy=policy or MixedPrecisionPolicy())\n',
+             "    fully_shard(model, mesh=mesh['dp'], mp_policy=policy or "
+             "MixedPrecisionPolicy())\n    model = parallelize_module(model, "
+             "mesh['tp'], plan)\n", (), (CH[15],), saved=False,
+             checks=((CH[15], 'checks-mesh'),)),
+    Mutation('mesh-dims-swapped',
+             "the mesh's dimensions are swapped: tensor-parallel pairs are ranks 0 "
+             'and 2, not neighbours',
+             'jobs/mesh_workers.py',
+             "(2, 2), mesh_dim_names=('dp', 'tp'))\n    plan = {}",
+             "(2, 2), mesh_dim_names=('tp', 'dp'))\n    plan = {}", (), (CH[15],),
+             saved=False, checks=((CH[15], 'checks-mesh'),)),
+    Mutation('mesh-2d-given-to-fully-shard',
+             'the four-way FSDP layout hands fully_shard a 2-D mesh: HSDP, half the '
+             'parameters replicated',
+             'jobs/mesh_workers.py', "(4,), mesh_dim_names=('dp',))",
+             "(2, 2), mesh_dim_names=('dp', 'tp'))", (), (CH[15],), saved=False,
+             checks=((CH[15], 'checks-mesh'),)),
+    Mutation('mesh-reduce-scatter-in-bf16',
+             'the mixed-precision policy reduces the gradients in bf16, not fp32',
+             'jobs/mesh_workers.py',
+             'reduce_dtype=torch.float32)', 'reduce_dtype=torch.bfloat16)', (),
+             (CH[15],), saved=False, checks=((CH[15], 'checks-mesh'),)),
 ]
 
 
