@@ -14,21 +14,25 @@ differentiable all_to_all_single_autograd; it compares with the whole layer in o
 process (output, the input's and every expert's gradient, the router's after an
 all-reduce) and counts the collectives with CommDebugMode. `cost` runs the layer for a
 few steps, its input without and with a gradient, and reports the rows each rank sent
-and received and the bytes it wrote to its sockets per step (gloo only). The inputs are
-random. Rank 0 prints `RESULT <json>`.
+and received and the bytes it wrote to its sockets per step (gloo only). `splits` is
+chapter 12's model (pp_workers splits: two pairs of width 64, a minibatch of 32) with
+each pair an MoE layer of E experts shaped like it, one step after a warm-up: bytes
+sent, collectives, parameter and activation bytes, as pp_workers splits reports them.
+The inputs are random. Rank 0 prints `RESULT <json>`.
 """
 import argparse
 import copy
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch import nn
 from torch.distributed._functional_collectives import all_to_all_single_autograd
 from torch.distributed.tensor.debug import CommDebugMode
 
 from .. import experts
 from ..cli import at_least
-from .measure import every_rank, rank_0_check, run_mode, timed_steps
+from .measure import every_rank, measured, rank_0_check, run_mode, timed_steps
 
 
 def split_problem(args):
@@ -167,6 +171,45 @@ def cost(args, device):
     return record
 
 
+def splits(args, device):
+    rank_0_check(split_problem, args)
+    rank, k = dist.get_rank(), dist.get_world_size()
+    generator = torch.Generator().manual_seed(args.seed)  # pp_workers splits' data
+    X = torch.randn(args.batch_size, args.dim, generator=generator).to(device)
+    target = torch.randn(args.batch_size, args.dim, generator=generator).to(device)
+    mine_of = lambda t: torch.tensor_split(t, k)[rank]  # each rank B / W tokens
+    layers = []
+    for layer in range(2):  # the two pairs, each now E experts of its shape
+        seeded = argparse.Namespace(**{**vars(args), 'seed': args.seed + layer})
+        router, nets = build(seeded, device)
+        layers.append((router, mine(nets)))
+    routers = [p for router, _ in layers for p in router.parameters()]
+
+    def step():
+        Y, sends = mine_of(X), []
+        for router, local in layers:
+            chosen = experts.route(router(Y), args.top_k)[1]
+            sends.append(experts.rows_per_rank(chosen, args.experts, k).tolist())
+            Y = experts.expert_parallel_layer(Y, router, local, args.experts,
+                                              args.top_k)
+        F.mse_loss(Y, mine_of(target)).backward()
+        grads = torch.cat([p.grad.flatten() for p in routers])
+        dist.all_reduce(grads)  # the replicated routers' gradients, in one
+        for p in routers:
+            p.grad = None
+        return sends
+
+    record = {'world_size': k, 'backend': dist.get_backend(), 'experts': args.experts,
+              'top_k': args.top_k, 'dim': args.dim, 'hidden': args.hidden,
+              'batch_size': args.batch_size,
+              'router_params': sum(p.numel() for p in routers),
+              'rows_sent': every_rank(step())}  # [rank][layer][to rank]
+    params = routers + [p for _, local in layers for net in local
+                        for p in net.parameters()]
+    record['variant'] = measured(step, params)
+    return record
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         prog='torchrun ... -m data_parallel.jobs.moe_workers',
@@ -187,11 +230,18 @@ def parse_args(argv=None):
         p.add_argument('--seed', type=at_least(0, int), default=0)
         if mode == 'cost':
             p.add_argument('--steps', type=at_least(1, int), default=3)
+    p = sub.add_parser('splits')  # pp_workers splits' model, its pairs made experts
+    p.add_argument('--batch-size', type=at_least(1, int), default=32)
+    p.add_argument('--experts', type=at_least(1, int), default=2)
+    p.add_argument('--top-k', type=at_least(1, int), default=1)
+    p.add_argument('--dim', type=at_least(1, int), default=64)
+    p.add_argument('--hidden', type=at_least(1, int), default=256)
+    p.add_argument('--seed', type=at_least(0, int), default=0)
     return parser.parse_args(argv)
 
 
 def main(argv=None):
-    run_mode({'check': check, 'cost': cost}, parse_args(argv),
+    run_mode({'check': check, 'cost': cost, 'splits': splits}, parse_args(argv),
              'torchrun --standalone --nproc-per-node=2 '
              '-m data_parallel.jobs.moe_workers check')
 
