@@ -266,6 +266,12 @@ MUTATIONS = [
              'taken = F.one_hot(chosen.flatten(), num_experts).cumsum(dim=0)',
              'taken = F.one_hot(chosen.flatten(), num_experts).flip(0).cumsum(dim=0)'
              '.flip(0)', (), (CH[14],), checks=((CH[14], 'checks-capacity'),)),
+    Mutation('moe-splits-routers-not-reduced',
+             "the side-by-side MoE network's replicated routers skip the all-reduce "
+             'of their gradients: fewer bytes, the routers drift apart',
+             'jobs/moe_workers.py',
+             "        dist.all_reduce(grads)  # the replicated routers' gradients, in one\n",
+             '', (), (CH[14],), saved=False, checks=((CH[14], 'checks-bytes'),)),
     # chapter 15: FSDP and tensor parallelism on a 2-D mesh (the job's checks-mesh)
     Mutation('mesh-tp-after-fully-shard',
              'tensor parallelism is applied after fully_shard instead of before',
