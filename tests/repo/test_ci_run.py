@@ -1,10 +1,8 @@
 """.ci/run's stages and budget, a stand-in make on PATH; make's setup and test plans."""
 import os
 import subprocess
-import sys
 import time
 
-import nbformat
 import pytest
 
 from tests.repo.helpers import ROOT, make_plan
@@ -103,56 +101,12 @@ def test_setup_installs_what_is_missing_with_one_apt_get(tmp_path, make_env, pre
 
 
 @pytest.mark.parametrize('target', ['test', 'nbval'])
-def test_every_chapter_runs_once_and_chapter_7_after_chapter_6(target, make_env):
-    """Chapter 7 reads the runs chapter 6 stores: before them it would train both."""
+def test_every_chapter_runs_once_each_file_whole_on_one_worker(target, make_env):
+    """--dist loadfile: a notebook's cells stay in order on one kernel."""
     plan = make_plan(make_env, target, 'JOBS=2')
     run, = [line.split() for line in plan.splitlines() if ' pytest ' in line]
     named = [word for word in run if word.startswith('book/')]
     chapters = sorted(f'book/{p.name}'
                       for p in (ROOT / 'book').glob('[0-9][0-9]_*.ipynb'))
     assert sorted(named) == chapters, plan
-    assert named.index('book/06_training.ipynb') < named.index(
-        'book/07_distributed_data_parallel.ipynb'), plan
-    assert '--dist loadfile' in ' '.join(run), plan  # conftest.py's scheduler
-
-
-# Stand-ins for make test's files, each writing its name and its worker to a log: the
-# root conftest.py's scheduler, under make test's options, decides who runs what, when
-LOG_LINE = "import os; open(os.environ['UNITS_LOG'], 'a').write(" \
-           "os.environ['PYTEST_XDIST_WORKER'] + ' {}\\n')"
-READER_RUNS = f"""import pytest
-@pytest.mark.parametrize('n', ['01', '07', '12'])
-def test_copy(n):
-    {LOG_LINE.format("r' + n + '")}
-"""
-
-
-@pytest.mark.slow  # three workers, three kernels: about 15 s
-def test_chapter_7_follows_6_on_its_worker_the_long_units_start_first(tmp_path,
-                                                                     make_env):
-    (tmp_path / 'conftest.py').write_text((ROOT / 'conftest.py').read_text())
-    (tmp_path / 'book').mkdir()
-    for name in ('01_splitting_the_problem', '06_training',
-                 '07_distributed_data_parallel'):
-        cell = nbformat.v4.new_code_cell(LOG_LINE.format(name[:2]))
-        nbformat.write(nbformat.v4.new_notebook(cells=[cell]),
-                       tmp_path / 'book' / f'{name}.ipynb')
-    (tmp_path / 'tests' / 'book').mkdir(parents=True)
-    (tmp_path / 'tests' / 'book' / 'test_reader_runs.py').write_text(READER_RUNS)
-    plan = make_plan(make_env, 'test', 'JOBS=3')
-    options = plan.split(' -n 3 ')[1].split(' --nbval ')[0].split()  # make test's
-    log = tmp_path / 'units.log'
-    done = subprocess.run(
-        [sys.executable, '-m', 'pytest', '-n', '3', *options, '--nbval',
-         '--nbval-current-env', '-p', 'no:cacheprovider', 'tests', 'book'],
-        cwd=tmp_path, env={**os.environ, 'UNITS_LOG': str(log)},
-        capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    runs = {}
-    for line in log.read_text().splitlines():
-        worker, name = line.split()
-        runs.setdefault(worker, []).append(name)
-    # the longest chains first, one per worker; 7 after 6 on 6's worker
-    assert sorted(names[0] for names in runs.values()) == ['06', 'r07', 'r12'], runs
-    six, = [names for names in runs.values() if '06' in names]
-    assert six.index('07') == six.index('06') + 1, runs
+    assert '--dist loadfile' in ' '.join(run), plan
