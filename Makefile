@@ -33,9 +33,9 @@ STAMP  := $(VENV)/.installed
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
           --nbval-cell-timeout=2400
 # Tests and chapters run JOBS at a time (pytest-xdist; each file whole on one worker, so
-# its cells stay in order on one kernel; conftest.py orders the files). JOBS=1: one at
-# a time. Three on two cores: a file that waits (on a wire, a process starting) leaves
-# its core to others.
+# its cells stay in order on one kernel; no chapter reads another's results, so in any
+# order). JOBS=1: one at a time. Three on two cores: a file that waits (on a wire, a
+# process starting) leaves its core to others.
 JOBS   ?= 3
 XDIST  := $(if $(filter-out 0 1,$(JOBS)),-n $(JOBS) --dist loadfile)
 CHAPTERS := $(sort $(wildcard book/[0-9][0-9]_*.ipynb))
