@@ -25,8 +25,10 @@ def started(request, tmp_path_factory, site, fashion_root):
     env = {**os.environ, 'PYTHONPATH': str(site), dp.DATA_ENV: str(fashion_root)}
     # this worker runs the whole file, unless xdist spreads tests one by one (--dist load)
     whole = request.config.getoption('dist', 'no') in ('no', 'loadfile', 'loadscope')
+    # make test's session also holds the chapters' cells, which have no module
     selected = [item.callspec.params['notebook'] for item in request.session.items
-                if item.module is request.module and hasattr(item, 'callspec')]
+                if getattr(item, 'module', None) is request.module
+                and hasattr(item, 'callspec')]
     runs = {}
 
     def start(notebook):
