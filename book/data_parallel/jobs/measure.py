@@ -121,6 +121,20 @@ def counted(*per_rank):
     return all(values is not None and None not in values for values in per_rank)
 
 
+# c10d's names of the collectives, as the functional ones spell them
+SHORT = {'allgather': 'all_gather', 'allreduce': 'all_reduce', 'alltoall': 'all_to_all'}
+
+
+def comm_counts(comm):
+    """{collective: count} of a CommDebugMode, by the collective's short name."""
+    counts = {}
+    for op, n in comm.get_comm_counts().items():
+        name = str(op).split('.')[-1].strip('_').replace('_base', '')
+        name = SHORT.get(name, name)
+        counts[name] = counts.get(name, 0) + n
+    return counts
+
+
 def timed_steps(step, batches, device):
     """Run step on each batch: (median seconds per step, each rank's bytes per step)."""
     seconds, written = [], 0

@@ -28,7 +28,7 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
                                                parallelize_module)
 
 from ..cli import at_least
-from .measure import every_rank, rank_0_check, run_mode, timed_steps
+from .measure import comm_counts, every_rank, rank_0_check, run_mode, timed_steps
 
 def four_processes(args):
     """One line unless the job has the four processes of a 2 x 2 mesh, or None."""
@@ -87,20 +87,6 @@ LAYOUTS = {'2d': two_d, 'hsdp': hsdp, 'fsdp': fsdp, 'fsdp_bf16': fsdp_bf16,
            '2d_bf16': two_d_bf16}
 
 
-SHORT = {'allgather': 'all_gather', 'allreduce': 'all_reduce'}
-"""c10d's names of the collectives, as the functional ones spell them."""
-
-
-def names(comm):
-    """{collective: count} of a CommDebugMode, by the collective's short name."""
-    counts = {}
-    for op, n in comm.get_comm_counts().items():
-        name = str(op).split('.')[-1].strip('_').replace('_base', '')
-        name = SHORT.get(name, name)
-        counts[name] = counts.get(name, 0) + n
-    return counts
-
-
 def full(p):
     """The whole parameter on the CPU (a DTensor's shards gathered)."""
     with warnings.catch_warnings():  # _StridedShard: "2 sequential all_gather ..."
@@ -126,7 +112,7 @@ def train(model, batches, lr):
     with CommDebugMode() as comm:
         step(*batches[0])
     _, sent = timed_steps(step, batches[1:], torch.device('cpu'))
-    return names(comm), sent
+    return comm_counts(comm), sent
 
 
 def run_layout(layout, args, device, X, y, reference):

@@ -32,7 +32,8 @@ from torch.distributed.tensor.debug import CommDebugMode
 
 from .. import experts
 from ..cli import at_least
-from .measure import every_rank, measured, rank_0_check, run_mode, timed_steps
+from .measure import (comm_counts, every_rank, measured, rank_0_check, run_mode,
+                      timed_steps)
 
 
 def split_problem(args):
@@ -69,16 +70,6 @@ def library_exchange(X, send, receive):
     return all_to_all_single_autograd(X, receive, send, dist.group.WORLD)
 
 
-def names(comm):
-    """{collective: count} of a CommDebugMode, by the collective's short name."""
-    counts = {}
-    for op, n in comm.get_comm_counts().items():
-        name = str(op).split('.')[-1].rstrip('_').replace('alltoall_base', 'all_to_all')
-        name = name.replace('allreduce', 'all_reduce')
-        counts[name] = counts.get(name, 0) + n
-    return counts
-
-
 def difference(a, b):
     """Largest absolute difference of two tensors on the CPU."""
     return (a.detach().cpu() - b.detach().cpu()).abs().max().item()
@@ -112,7 +103,7 @@ def compare(args, device, exchange, X_all, target_all, reference):
             'expert_grads': max(expert_grads),
             'router_grad': max(difference(p.grad, q.grad) for p, q in
                                zip(router.parameters(), ref_router.parameters())),
-            'forward': names(forward), 'backward': names(backward)}
+            'forward': comm_counts(forward), 'backward': comm_counts(backward)}
 
 
 def check(args, device):

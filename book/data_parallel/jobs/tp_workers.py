@@ -32,7 +32,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .. import devices, tensor_parallel
 from ..cli import at_least, stop
-from .measure import every_rank, rank_0_check, run_mode, timed_steps
+from .measure import comm_counts, every_rank, rank_0_check, run_mode, timed_steps
 
 
 def split_problem(args):
@@ -58,16 +58,6 @@ def difference(a, b):
     return (a - b).abs().max().item() if a.shape == b.shape else float('inf')
 
 
-def names(comm):
-    """{collective: count} of a CommDebugMode, by the collective's short name."""
-    counts = {}
-    for op, n in comm.get_comm_counts().items():
-        name = str(op).split('.')[-1].rstrip('_').replace('allreduce', 'all_reduce')
-        name = name.replace('allgather', 'all_gather')
-        counts[name] = counts.get(name, 0) + n
-    return counts
-
-
 def shards(module, full):
     """(parameter, this rank's piece of the full gradient) of a split module."""
     rank, k = dist.get_rank(), dist.get_world_size()
@@ -91,7 +81,7 @@ def compare_mlp(model, full, X, target, grads):
     return {'output': difference(Y, full_Y), 'input_grad': difference(X.grad,
                                                                       full_X.grad),
             'param_grads': max(difference(mine, want) for mine, want in grads()),
-            'forward': names(forward), 'backward': names(backward)}
+            'forward': comm_counts(forward), 'backward': comm_counts(backward)}
 
 
 def dtensor_mlp(mlp, device):
@@ -117,7 +107,7 @@ def check(args, device):
     torch.backends.cudnn.allow_tf32 = False
     with CommDebugMode() as comm, torch.no_grad():
         Y = tensor_parallel.channel_parallel_conv(part, X_img)
-        conv_record = {'output': difference(Y, conv(X_img)), 'forward': names(comm),
+        conv_record = {'output': difference(Y, conv(X_img)), 'forward': comm_counts(comm),
                        'channels_per_rank': part.out_channels,
                        'tf32': torch.backends.cudnn.allow_tf32}
 
