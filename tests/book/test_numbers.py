@@ -38,6 +38,8 @@ CITED = {
     ('08', 'from 12.2 s to 7.5 s'): D2L_RUNS,
     ('09', 'about 1.5 times (Rajbhandari'): 'Rajbhandari et al. (2020), section 7',
     ('09', '120 GB, 31.4 GB, 16.6 GB and 1.9 GB'): ZERO,
+    ('15', 'gives X &asymp; 13.9'): 'the Scaling Book, training.md (jax-ml/scaling-book '
+                                    'dea4256), "Combining FSDP and Tensor Parallelism"',
 }
 # (chapter, the words around the number): the arithmetic that gives it
 EXACT = {

@@ -276,19 +276,20 @@ MUTATIONS = [
     Mutation('mesh-tp-after-fully-shard',
              'tensor parallelism is applied after fully_shard instead of before',
              'jobs/mesh_workers.py',
-             "    model = parallelize_module(model, mesh['tp'], plan)  # first TP, "
-             "then FSDP on dp\n    fully_shard(model, mesh=mesh['dp'], "
+             "    model = parallelize_module(model, mesh['tp'], pairs_plan(model))  "
+             "# TP, then FSDP\n    fully_shard(model, mesh=mesh['dp'], "
              'mp_policy=policy or MixedPrecisionPolicy())\n',
              "    fully_shard(model, mesh=mesh['dp'], mp_policy=policy or "
              "MixedPrecisionPolicy())\n    model = parallelize_module(model, "
-             "mesh['tp'], plan)\n", (), (CH[15],), saved=False,
+             "mesh['tp'], pairs_plan(model))\n", (), (CH[15],), saved=False,
              checks=((CH[15], 'checks-mesh'),)),
     Mutation('mesh-dims-swapped',
              "the mesh's dimensions are swapped: tensor-parallel pairs are ranks 0 "
              'and 2, not neighbours',
              'jobs/mesh_workers.py',
-             "(2, 2), mesh_dim_names=('dp', 'tp'))\n    plan = {}",
-             "(2, 2), mesh_dim_names=('tp', 'dp'))\n    plan = {}", (), (CH[15],),
+             "(2, 2), mesh_dim_names=('dp', 'tp'))\n    model = parallelize_module",
+             "(2, 2), mesh_dim_names=('tp', 'dp'))\n    model = parallelize_module",
+             (), (CH[15],),
              saved=False, checks=((CH[15], 'checks-mesh'),)),
     Mutation('mesh-2d-given-to-fully-shard',
              'the four-way FSDP layout hands fully_shard a 2-D mesh: HSDP, half the '

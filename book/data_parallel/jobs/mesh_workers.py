@@ -6,13 +6,15 @@ socket bytes it counts):
     torchrun --standalone --nproc-per-node=4 -m data_parallel.jobs.mesh_workers check
 
 `check` builds the same MLP, two column-row pairs, from one seed on every rank and
-trains it a few SGD steps in five layouts: tensor parallelism within pairs of ranks and
+trains it a few SGD steps in six layouts: tensor parallelism within pairs of ranks and
 FSDP across them on a (dp, tp) mesh (`2d`); the same 2-D mesh handed to fully_shard
-alone (`hsdp`); FSDP over all four ranks (`fsdp`); and the first and third with bf16
-parameters and fp32 gradient reduction (`2d_bf16`, `fsdp_bf16`). For each it reports
-the largest difference from one process on the whole batch, the parameters each rank
-holds, the collectives of one step (CommDebugMode) and the bytes each rank wrote to its
-sockets per step. Rank 0 prints `RESULT <json>`.
+alone (`hsdp`); FSDP over all four ranks (`fsdp`); the first and third with bf16
+parameters and fp32 gradient reduction (`2d_bf16`, `fsdp_bf16`); tensor parallelism
+over all four ranks (`tp`). For each it reports the largest difference from one process
+on the whole batch, the parameters each rank holds, the collectives of one step
+(CommDebugMode) and the bytes each rank wrote to its sockets per step. Then it measures
+the bytes of the 1 x 4, 2 x 2 and 4 x 1 meshes again at larger batches.
+Rank 0 prints `RESULT <json>`.
 """
 import argparse
 import warnings
@@ -44,13 +46,18 @@ def build(args):
                            for _ in range(2)])
 
 
+def pairs_plan(model):
+    """Each column-row pair: its first layer split by columns, its second by rows."""
+    plan = {}
+    for i in range(len(model)):
+        plan[f'{i}.0'], plan[f'{i}.2'] = ColwiseParallel(), RowwiseParallel()
+    return plan
+
+
 def two_d(model, device, policy=None):
     """Tensor parallelism inside each pair of ranks, then FSDP across the pairs."""
     mesh = init_device_mesh(device.type, (2, 2), mesh_dim_names=('dp', 'tp'))
-    plan = {}
-    for i in range(len(model)):  # each pair: its first layer by columns, second by rows
-        plan[f'{i}.0'], plan[f'{i}.2'] = ColwiseParallel(), RowwiseParallel()
-    model = parallelize_module(model, mesh['tp'], plan)  # first TP, then FSDP on dp
+    model = parallelize_module(model, mesh['tp'], pairs_plan(model))  # TP, then FSDP
     fully_shard(model, mesh=mesh['dp'], mp_policy=policy or MixedPrecisionPolicy())
     return model, mesh['dp'].get_local_rank(), 2
 
@@ -60,6 +67,12 @@ def hsdp(model, device):
     mesh = init_device_mesh(device.type, (2, 2), mesh_dim_names=('dp', 'tp'))
     fully_shard(model, mesh=mesh)
     return model, dist.get_rank(), 4
+
+
+def tp(model, device):
+    """Tensor parallelism alone over all four ranks: a 1 x 4 mesh, no sharding."""
+    mesh = init_device_mesh(device.type, (4,), mesh_dim_names=('tp',))
+    return parallelize_module(model, mesh, pairs_plan(model)), 0, 1
 
 
 def fsdp(model, device, policy=None):
@@ -84,7 +97,9 @@ def two_d_bf16(model, device):
 
 
 LAYOUTS = {'2d': two_d, 'hsdp': hsdp, 'fsdp': fsdp, 'fsdp_bf16': fsdp_bf16,
-           '2d_bf16': two_d_bf16}
+           '2d_bf16': two_d_bf16, 'tp': tp}
+MESHES = {'1x4': 'tp', '2x2': '2d', '4x1': 'fsdp'}
+"""The three (dp, tp) degrees of four processes, and the layout of each."""
 
 
 def full(p):
@@ -134,24 +149,41 @@ def run_layout(layout, args, device, X, y, reference):
     return record
 
 
-def check(args, device):
-    rank_0_check(four_processes, args)
-    torch.manual_seed(args.seed + 1)  # the same batches on every rank
-    X = [torch.randn(args.batch_size, args.width) for _ in range(args.steps)]
-    y = [torch.randn(args.batch_size, args.width) for _ in range(args.steps)]
-    one = build(args)  # the reference: the whole batch in one process
+def batches(args, size):
+    """The same random batches on every rank: inputs and targets for each step."""
+    torch.manual_seed(args.seed + 1)
+    X = [torch.randn(size, args.width) for _ in range(args.steps)]
+    return X, [torch.randn(size, args.width) for _ in range(args.steps)]
+
+
+def one_process(args, X, y):
+    """The reference: the parameters after the steps on the whole batch in one process."""
+    one = build(args)
     optimizer = torch.optim.SGD(one.parameters(), lr=args.lr)
     for X_b, y_b in zip(X, y):
         optimizer.zero_grad()
         nn.functional.mse_loss(one(X_b), y_b).backward()
         optimizer.step()
-    reference = [p.detach() for p in one.parameters()]
+    return [p.detach() for p in one.parameters()]
+
+
+def check(args, device):
+    rank_0_check(four_processes, args)
+    X, y = batches(args, args.batch_size)
+    reference = one_process(args, X, y)
     record = {'world_size': dist.get_world_size(), 'backend': dist.get_backend(),
-              'params': sum(p.numel() for p in one.parameters()),
+              'params': sum(p.numel() for p in reference),
               'width': args.width, 'hidden': args.hidden,
               'batch_size': args.batch_size, 'steps': args.steps}
     for layout in LAYOUTS:
         record[layout] = run_layout(layout, args, device, X, y, reference)
+    record['degrees'] = {}  # bytes per step of each mesh at larger batches
+    for size in args.compare_batches:
+        X, y = batches(args, size)
+        reference = one_process(args, X, y)
+        record['degrees'][size] = {
+            mesh: run_layout(layout, args, device, X, y, reference)['bytes_per_step']
+            for mesh, layout in MESHES.items()}
     return record
 
 
@@ -166,6 +198,8 @@ def parse_args(argv=None):
                    help="each pair's hidden width (split over tp)")
     p.add_argument('--batch-size', type=at_least(4, int), default=8,
                    help='global minibatch, split over the data-parallel ranks')
+    p.add_argument('--compare-batches', type=at_least(4, int), nargs='*',
+                   default=[96, 1024], help='more global batches for the three meshes')
     p.add_argument('--steps', type=at_least(2, int), default=3,
                    help='SGD steps: the first counted, the others measured')
     p.add_argument('--lr', type=float, default=0.1)
