@@ -9,7 +9,6 @@ import re
 
 import nbformat
 import pytest
-import yaml
 from IPython.core.inputtransformer2 import TransformerManager
 
 from tests.chapters import CHAPTERS, FENCE, NAMES, ROOT, load, python, text
@@ -54,12 +53,6 @@ def test_a_release_is_one_edit_the_tool_pins_every_install_cell(monkeypatch):
         reader_copies.pinned('{"source": ["VERSION = 1"]}', '12_x.ipynb', '9.8.7')
 
 
-def listings(nb):
-    """(file, code) of every listing of package code in a notebook's Markdown."""
-    return [found for cell in nb['cells'] if cell['cell_type'] == 'markdown'
-            for found in FENCE.findall(text(cell))]
-
-
 def test_no_myst_a_plain_jupyter_shows_raw(pair):
     """No raw MyST; listings stay fenced Python as in the chapter (test_listings.py)."""
     chapter, copy = pair
@@ -67,7 +60,9 @@ def test_no_myst_a_plain_jupyter_shows_raw(pair):
     raw = [(cell.get('id'), m.group(0)) for cell in copy['cells']
            if cell['cell_type'] == 'markdown' for m in MYST.finditer(text(cell))]
     assert raw == [], f'MyST shown raw in a plain Jupyter: {raw[:5]}'
-    assert listings(copy) == listings(chapter)
+    listings = [[found for c in nb['cells'] if c['cell_type'] == 'markdown'
+                 for found in FENCE.findall(text(c))] for nb in pair]
+    assert listings[0] == listings[1]
 
 
 def glued(nb):
@@ -223,21 +218,6 @@ def test_the_tool_refuses_myst_it_does_not_translate():
     assert reader_copies.translate('{glue:text}`x:.1f` and {numref}`fig-a`',
                                    {'x': '0.25'}, {'fig-a': '2.1'}, 't') \
         == '0.2 and Fig. 2.1'
-
-
-def test_the_book_opens_the_copies_the_tool_writes():
-    """The buttons open notebooks/ (test_browser_book_pages.py follows them)."""
-    config = yaml.safe_load((ROOT / '_config.yml').read_text(encoding='utf-8'))
-    assert config['sphinx']['config']['reader_copies'] == READER.name
-    assert READER.name == reader_copies.OUT
-    assert READER.name in config['exclude_patterns']  # not a page of the book
-
-
-def test_reader_copies_are_not_collected_as_tests():
-    """pytest tests and nbval (pytest ... book) never run the copies."""
-    ini = (ROOT / 'pytest.ini').read_text()
-    assert re.search(r'^testpaths\s*=\s*tests\s*$', ini, re.MULTILINE)
-    assert not (READER / 'conftest.py').exists()
 
 
 def test_the_note_under_the_title_names_the_machine_of_the_stored_run(pair):

@@ -93,22 +93,27 @@ def test_imports_go_down_or_sideways():  # also: every module has a layer, or it
     assert violations(GRAPH) == []
 
 
-def test_the_layering_check_catches_planted_imports():
-    planted = {'collectives': {'jobs.measure', 'scratch'},
-               'jobs.perf_workers': {'jobs.shard_workers', 'train_ddp', 'models'},
-               'jobs.faults': {'train_ddp'}}
-    assert violations(planted) == [
-        'collectives (layer 1) imports jobs.measure (top)',
-        'job jobs.perf_workers imports job jobs.shard_workers',
-        'job jobs.perf_workers imports the taught program']
+def test_the_layering_check_catches_a_planted_import():
+    assert violations({'collectives': {'jobs.measure', 'scratch'}}) == [
+        'collectives (layer 1) imports jobs.measure (top)']
     with pytest.raises(LookupError, match='newcomer is in no layer'):
         violations({'newcomer': set()})
 
 
-def test_no_module_imports_the_package_face():
-    """Inside the package `import data_parallel as dp` hides what a module needs."""
-    for path in MODULES:
-        assert 'import data_parallel as dp' not in path.read_text(), path
+@pytest.mark.parametrize('where, spelled, allowed', [
+    # import the installed package, never edit the import path (chapters included)
+    (['book/**/*.py', 'book/[0-9][0-9]_*.ipynb', 'tools/*.py', 'tests/**/*.py'],
+     'sys' + '.path', []),  # spelled apart, so that this file does not find itself
+    # one definition of the repository root: dp.repo_root(), work_dir(), data_root()
+    (['book/data_parallel/*.py', 'tools/*.py', 'tests/*.py'], 'parents' + '[',
+     ['paths.py']),
+    # inside the package `import data_parallel as dp` hides what a module needs
+    (['book/data_parallel/**/*.py'], 'import data_parallel as dp', []),
+], ids=['import-path', 'repo-root', 'package-face'])
+def test_a_spelling_only_its_one_home_uses(where, spelled, allowed):
+    found = [path.name for pattern in where for path in ROOT.glob(pattern)
+             if spelled in path.read_text()]
+    assert found == allowed, f'{spelled!r} in {found}'
 
 
 def test_modules_are_small():
@@ -132,18 +137,12 @@ def test_readme_layout_lists_every_module():
     assert not missing, f'README.md ## Layout does not list: {missing}'
 
 
-def test_no_test_module_imports_a_test_module_or_a_conftest():
-    """Shared helpers live in modules of their own (tests/chapters.py, helpers.py)."""
-    paths = sorted((ROOT / 'tests').rglob('*.py'))
-    found = [f'{path.relative_to(ROOT)}: {name}' for path in paths
+def test_no_test_module_imports_a_test_module_and_no_tool_imports_tests():
+    """Shared helpers live in modules of their own (tests/chapters.py, helpers.py);
+    tests/ may drive tools/ (tools/browser.py's Chromium), never the other way."""
+    found = [f'{path.relative_to(ROOT)}: {name}'
+             for path in sorted([*ROOT.glob('tests/**/*.py'), *ROOT.glob('tools/*.py')])
              for name in import_names(path, [*path.parent.relative_to(ROOT).parts])
-             if re.search(r'(^|\.)(test_\w+|conftest)(\.|$)', name)]
-    assert not found, found
-
-
-def test_tools_import_no_tests():
-    """tests/ may drive tools/ (tools/browser.py's Chromium), never the other way."""
-    found = [f'{path.name}: {name}' for path in sorted((ROOT / 'tools').glob('*.py'))
-             for name in import_names(path, ['tools'])
-             if name == 'tests' or name.startswith('tests.')]
+             if re.search(r'(^|\.)(test_\w+|conftest)(\.|$)', name)
+             or path.parent.name == 'tools' and re.match(r'tests(\.|$)', name)]
     assert not found, found

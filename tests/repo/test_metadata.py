@@ -1,5 +1,6 @@
 """pyproject.toml's floors are the ones the code needs: what `pip install` promises
-(Colab, a download) must hold on the oldest Python and torch it accepts."""
+(Colab, a download) must hold on the oldest Python and torch it accepts. Its version
+is CHANGELOG.md's newest entry (eco.md §7)."""
 import re
 import tomllib
 
@@ -50,16 +51,23 @@ def test_the_floors_are_what_the_job_torch_floor_installs():
         assert Version(env[name.upper()]) == Version(bound), (name, env, bound)
 
 
-def test_torchvision_floor_is_the_release_made_with_the_torch_floor():
-    torch_floor = floor(str(dependency('torch').specifier))
-    assert floor(str(dependency('torchvision').specifier)) == (0, torch_floor[1] + 15)
-
-
-def test_the_pins_of_requirements_satisfy_the_floors():
+def test_floors_and_pins_pair_torchvision_with_its_torch_and_the_pins_satisfy():
+    """torchvision 0.(N+15) is the release made with torch 2.N."""
     text = (ROOT / 'requirements.txt').read_text()
     pins = dict(re.findall(r'^([\w-]+)==(\S+)$', text, re.MULTILINE))
-    assert pins['torchvision'].split('.')[1] == str(
-        int(pins['torch'].split('.')[1]) + 15)  # the same pairing as the floors
+    names = ('torch', 'torchvision')
+    floors = [floor(str(dependency(name).specifier)) for name in names]
+    pinned = [tuple(map(int, pins[name].split('.')[:2])) for name in names]
+    for torch, vision in (floors, pinned):
+        assert vision == (0, torch[1] + 15), (torch, vision)
     for requirement in map(Requirement, PROJECT['dependencies']):
         if requirement.name in pins:
             assert requirement.specifier.contains(pins[requirement.name]), requirement
+
+
+def test_the_newest_changelog_entry_is_pyprojects_version():
+    text = (ROOT / 'CHANGELOG.md').read_text()
+    versions = re.findall(r'^## (\d+\.\d+\.\d+)\b', text, re.MULTILINE)
+    assert versions and versions[0] == PROJECT['version'], (
+        f'CHANGELOG.md starts at {versions[:1]}, pyproject.toml says '
+        f'{PROJECT["version"]}: add its entry')
