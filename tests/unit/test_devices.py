@@ -14,28 +14,22 @@ PROCESS_COUNTS = [1, 2, 4, 8]
 @pytest.mark.parametrize('num_gpus', GPU_COUNTS)
 @pytest.mark.parametrize('nproc', PROCESS_COUNTS)
 def test_process_device_policy(nproc, num_gpus):
-    """NCCL and one GPU per process when there are enough; otherwise gloo on the CPU."""
+    """NCCL and one GPU per process when there are enough; otherwise gloo on the CPU,
+    and a note of one line for what a reader would not expect (none for 1 or 2 CPU
+    processes: one core each)."""
     picks = [dp.process_device(r, nproc, num_gpus=num_gpus, cores=2)
              for r in range(nproc)]
-    backends = {backend for backend, _, _ in picks}
-    notes = {note for _, _, note in picks}
-    assert len(backends) == 1 and len(notes) == 1  # every process decides alike
-    if num_gpus >= nproc:
-        assert backends == {'nccl'} and notes == {None}
-        assert [device for _, device, _ in picks] == [
-            torch.device('cuda', r) for r in range(nproc)]  # distinct, all exist
-    else:
-        assert backends == {'gloo'}
-        assert all(device == torch.device('cpu') for _, device, _ in picks)
-        note, = notes
-        if num_gpus == 0 and nproc <= 2:
-            assert note is None  # one core per process: nothing surprising to report
-        if num_gpus:
-            assert f'Only {num_gpus} GPU(s) for {nproc} processes' in note
-            assert 'gloo' in note
-        if nproc > 2:  # more processes than the 2 cores: said, not hidden
-            assert f'{nproc} processes on 2 CPU cores: oversubscribed' in note
-        assert note is None or '\n' not in note
+    enough = num_gpus >= nproc
+    assert [device for _, device, _ in picks] == (  # distinct GPUs, all of which exist
+        [torch.device('cuda', r) for r in range(nproc)] if enough
+        else [torch.device('cpu')] * nproc)
+    said = [f'Only {num_gpus} GPU(s) for {nproc} processes on this machine: every '
+            'process runs on the CPU with gloo.'] if num_gpus and not enough else []
+    if nproc > 2 and not enough:  # more processes than the 2 cores: said, not hidden
+        said.append(f'{nproc} processes on 2 CPU cores: oversubscribed, they share '
+                    'cores.')
+    assert {(backend, note) for backend, _, note in picks} == {  # every process alike
+        ('nccl' if enough else 'gloo', ' '.join(said) or None)}
 
 
 @pytest.mark.parametrize('num_gpus, k, expected, line', [
