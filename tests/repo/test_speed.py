@@ -1,5 +1,6 @@
-"""tools/speed.py on made-up measurements: a bad flag, no throttled wire, each table met
-(exit 0) and with a claim missed (exit 1 under --check); the make targets running it."""
+"""tools/speed.py on made-up measurements: no throttled wire, each table met (exit 0)
+and with a claim missed (exit 1 under --check); the make targets running it. (A bad
+flag: tests/jobs/test_bad_input_programs.py.)"""
 import pytest
 
 import data_parallel as dp
@@ -71,14 +72,6 @@ def run(monkeypatch, capsys):
             monkeypatch.setattr(module, name, fake)
         return speed.main(list(argv)), capsys.readouterr().out
     return run_speed
-
-
-def test_a_bad_flag_is_refused_in_one_line(run, capsys):
-    with pytest.raises(SystemExit) as stop:  # a fake run, were it not refused
-        run('--steps', '0', '--check')
-    out, err = capsys.readouterr()
-    assert stop.value.code == 2 and out == '' and err.strip().splitlines()[-1] == (
-        'speed.py: error: argument --steps: 0 is too small: use at least 1')
 
 
 def test_without_a_throttled_wire_says_why_in_one_line(monkeypatch, capsys):
