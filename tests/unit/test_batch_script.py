@@ -1,6 +1,7 @@
 """The batch script's own checks before srun, run without SLURM: stand-ins for scontrol
 and srun, and a PATH of their folder alone (python in it or not). The script on a real
-local cluster: tests/jobs/test_slurm.py."""
+local cluster: chapter 13 and tests/jobs/test_slurm.py."""
+import re
 import shutil
 import socket
 import subprocess
@@ -22,14 +23,14 @@ def stand_in(folder, name, text):
 
 @pytest.fixture
 def node(tmp_path):
-    """A folder for PATH: a one-node SLURM's scontrol, an srun that says it ran, and the
-    tools the script uses (but no python)."""
+    """A folder for PATH: a one-node SLURM's scontrol, an srun that says it ran and with
+    how many cores, and the tools the script uses (but no python)."""
     bin_ = tmp_path / 'bin'
     bin_.mkdir()
     stand_in(bin_, 'scontrol', 'case "$2" in hostnames) echo n1 ;; '
                                '*) echo "NodeName=n1 NodeAddr=127.0.0.1 State=IDLE" ;; '
                                'esac')
-    stand_in(bin_, 'srun', 'echo "srun $*"')
+    stand_in(bin_, 'srun', 'echo "srun cores=$SRUN_CPUS_PER_TASK $*"')
     for tool in ('grep', 'cut', 'head'):
         (bin_ / tool).symlink_to(shutil.which(tool))
     return bin_
@@ -46,11 +47,11 @@ def free_job_id():
     pytest.skip('no free port in 24242-25241')
 
 
-def run(node, job=None):
+def run(node, job=None, cores=1, **env):
     """The script as SLURM's job on node n1; (exit status, stdout, stderr lines)."""
-    job = job or free_job_id()
-    env = {'PATH': str(node), 'SLURM_JOB_ID': str(job), 'SLURM_JOB_NODELIST': 'n1',
-           'SLURM_NNODES': '1', 'SLURM_CPUS_PER_TASK': '1'}
+    env = {'PATH': str(node), 'SLURM_JOB_ID': str(job or free_job_id()),
+           'SLURM_JOB_NODELIST': 'n1', 'SLURM_NNODES': '1',
+           'SLURM_CPUS_PER_TASK': str(cores), **env}
     done = subprocess.run(['/bin/bash', str(SCRIPT)], capture_output=True, text=True,
                           timeout=60, env=env)
     return done.returncode, done.stdout, done.stderr.splitlines()
@@ -79,20 +80,31 @@ def test_a_python_that_cannot_check_the_port_says_so_and_why(node, tmp_path, pat
         'above): activate the environment that has torchrun before sbatch')])
 
 
-@pytest.mark.parametrize('taken', [True, False], ids=['taken', 'free'])
-def test_only_a_port_in_use_is_called_taken(node, taken):
+def test_a_port_in_use_is_called_taken(node):
     (node / 'python').symlink_to(sys.executable)
     job = free_job_id()
     port = 20000 + job % 12000
-    holder = socket.create_server(('', port)) if taken else None
-    try:
-        status, out, lines = run(node, job)
-    finally:
-        if holder:
-            holder.close()
-    if taken:
-        assert (status, lines) == (1, [f'port {port} on n1 is taken, and the '
-                                       'rendezvous needs it: submit the job again'])
-    else:  # on to srun, with the port the probe found free
-        assert (status, lines) == (0, [])
-        assert f'--rdzv-endpoint=127.0.0.1:{port}' in out.splitlines()[-1]
+    with socket.create_server(('', port)):
+        assert run(node, job)[0::2] == (1, [f'port {port} on n1 is taken, and the '
+                                            'rendezvous needs it: submit the job again'])
+
+
+def test_the_gpu_example_gives_the_step_its_cores_and_a_worker_per_gpu(node):
+    """The header's sbatch line for a GPU cluster (gpu.md L15) asks for a core per GPU
+    at least, and the step gets them all: SLURM 22.05's srun reads SRUN_CPUS_PER_TASK,
+    not the job's --cpus-per-task. A free port is not called taken: the step's
+    rendezvous is on the port the script checked."""
+    header = SCRIPT.read_text().split('#SBATCH', 1)[0]
+    found = re.findall(r'^#\s+sbatch --gpus-per-node=(\d+) --cpus-per-task=(\d+) '
+                       r'train_ddp\.sbatch$', header, re.MULTILINE)
+    assert len(found) == 1, 'no sbatch line with --gpus-per-node and --cpus-per-task'
+    gpus, cores = map(int, found[0])
+    assert gpus > 1 and cores >= gpus
+    (node / 'python').symlink_to(sys.executable)
+    job = free_job_id()
+    status, out, lines = run(node, job, cores, SLURM_GPUS_ON_NODE=str(gpus))
+    assert (status, lines) == (0, [])
+    step = out.splitlines()[-1].split()
+    assert step[:3] == ['srun', f'cores={cores}', 'torchrun']
+    assert {f'--nproc-per-node={gpus}',
+            f'--rdzv-endpoint=127.0.0.1:{20000 + job % 12000}'} <= set(step)
