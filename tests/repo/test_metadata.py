@@ -1,14 +1,16 @@
 """pyproject.toml's floors are the ones the code needs: what `pip install` promises
 (Colab, a download) must hold on the oldest Python and torch it accepts. Its version
-is CHANGELOG.md's newest entry (eco.md §7)."""
+is CHANGELOG.md's newest entry (eco.md §7); CITATION.cff names the same project."""
 import re
 import tomllib
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
+import yaml
 
 from tests.repo.helpers import ROOT, load
+from tools import reader_copies
 
 PROJECT = tomllib.loads((ROOT / 'pyproject.toml').read_text())['project']
 
@@ -71,3 +73,14 @@ def test_the_newest_changelog_entry_is_pyprojects_version():
     assert versions and versions[0] == PROJECT['version'], (
         f'CHANGELOG.md starts at {versions[:1]}, pyproject.toml says '
         f'{PROJECT["version"]}: add its entry')
+
+
+def test_the_citation_names_this_repository_its_book_and_licence():
+    """GitHub's "Cite this repository" (no version: pyproject.toml has it)."""
+    cff = yaml.safe_load((ROOT / 'CITATION.cff').read_text())
+    config = yaml.safe_load((ROOT / '_config.yml').read_text())
+    assert cff['cff-version'] == '1.2.0' and cff['message'] and cff['authors']
+    assert cff['title'].startswith(config['title'])
+    assert cff['repository-code'] == config['repository']['url']
+    assert cff['url'] == reader_copies.book_url()
+    assert cff['license'] == PROJECT['license'] and 'version' not in cff

@@ -6,15 +6,13 @@ import re
 import subprocess
 import sys
 import sysconfig
-import tomllib
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests import chapters
 from tests.repo.helpers import ROOT, find_step, load
-from tools import reader_copies, release
+from tools import release
 
 GITHUB = 'https://github.com/multigpu-book/multigpu-book'
 SAME = (0, 'release: v0.3.0 is tagged and the package is unchanged: nothing to release')
@@ -190,15 +188,3 @@ def test_rehearsal_a_tag_reaches_a_reader(repo, tmp_path):
     pinned, file = pinned.split()
     assert pinned == version and Path(file).is_relative_to(site), file  # not a clone
     assert not (site / 'torch').exists()  # pip took torch as installed
-
-
-def test_the_citation_names_this_repository_its_book_and_licence():
-    """CITATION.cff: GitHub's "Cite this repository" (no version: pyproject has it)."""
-    cff = yaml.safe_load((ROOT / 'CITATION.cff').read_text())
-    config = yaml.safe_load((ROOT / '_config.yml').read_text())
-    project = tomllib.loads((ROOT / 'pyproject.toml').read_text())['project']
-    assert cff['cff-version'] == '1.2.0' and cff['message'] and cff['authors']
-    assert cff['title'].startswith(config['title'])
-    assert cff['repository-code'] == config['repository']['url']
-    assert cff['url'] == reader_copies.book_url()
-    assert cff['license'] == project['license'] and 'version' not in cff
