@@ -47,17 +47,14 @@ def live_namespaces():
     return found
 
 
-@pytest.mark.parametrize('bandwidth', [50e6, 200e6])
-def test_a_transfer_runs_at_the_rate_set(throttle, bandwidth):
-    received, seconds, _ = transfer(bandwidth)
+def test_a_transfer_runs_at_the_rate_set_on_a_wire_that_ends_with_it(throttle):
+    """One rate: chapter 10 runs its jobs at 100 Mbit/s to 1 Gbit/s, and checks that
+    the wire set the pace at 100 Mbit/s (its hidden cell 11)."""
+    received, seconds, namespace = transfer(50e6)
     assert received == 8_000_000
     # no faster than the rate (unthrottled: Gbit/s); tbf's 512 kB bucket lets the first
     # bytes through at once, about 6 % of 8 MB. A busy machine may only make it slower.
-    assert 8 * received / seconds / bandwidth < 1.2, (seconds, bandwidth)
-
-
-def test_the_namespace_ends_with_its_command(throttle):
-    _, _, namespace = transfer(1e9, n=1000)
+    assert 8 * received / seconds / 50e6 < 1.2, seconds
     assert namespace != os.readlink('/proc/self/ns/net')  # it ran on a wire of its own
     assert namespace not in live_namespaces()
 
