@@ -49,7 +49,6 @@ def cut_short(two_saved):
 @pytest.mark.parametrize('damaged', [False, True], ids=['newest', 'its-fallback'])
 @pytest.mark.parametrize('flags, says', [
     (['--model', 'resnet18'], 'was taken with --model lenet (this run: resnet18)'),
-    (['--lr', '0.05'], 'was taken with --lr 0.2 (this run: 0.05)'),
     (['--num-train', '512'], 'was taken without --num-train (this run: 512)'),
 ])
 def test_other_flags_stop_the_job_with_one_line_before_any_epoch(
@@ -66,16 +65,6 @@ def test_other_flags_stop_the_job_with_one_line_before_any_epoch(
         '--snapshot to start afresh.')
     assert path.read_bytes() == before
     assert names(path.parent) == ['a.pt', 'a.pt.lock', 'a.pt.prev']
-
-
-def test_a_snapshot_without_its_history_is_not_one_of_this_script(tmp_path):
-    path = tmp_path / 'a.pt'
-    model = models.LeNet()
-    torch.save({'model': model.state_dict(), 'epoch': 1, 'flags': {},
-                'optimizer': torch.optim.SGD(model.parameters(), 0.1).state_dict()},
-               path)
-    with pytest.raises(snapshot.Damaged, match='is not a snapshot of this script'):
-        snapshot.read(path)
 
 
 def test_the_record_reports_the_learning_rate_the_steps_used(monkeypatch, one_process):
@@ -159,22 +148,9 @@ def test_a_failed_write_leaves_the_snapshots_and_no_temporary(
     assert epoch_of(path) == 2 and epoch_of(snapshot.previous(path)) == 1
 
 
-def test_a_second_job_on_the_same_snapshot_is_refused(two_saved):
-    """C15: another job (another open file description) holds path.lock."""
-    path = two_saved
-    with open(f'{path}.lock', 'a') as other_job:
-        fcntl.flock(other_job, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        with pytest.raises(snapshot.SnapshotError) as error:
-            snapshot.newest(path, ARGS)
-    assert str(error.value) == (f'--snapshot {path} is in use by another job: wait for '
-                                'it to end, or pass another --snapshot.')
-    assert snapshot.newest(path, ARGS)['epoch'] == 2  # free again: this job takes it
-    assert snapshot.newest(path, ARGS)['epoch'] == 2  # and holds it, for its lifetime
-    with open(f'{path}.lock', 'a') as third_job, pytest.raises(BlockingIOError):
-        fcntl.flock(third_job, fcntl.LOCK_EX | fcntl.LOCK_NB)
-
-
 def test_a_snapshot_in_a_new_folder_is_locked_from_the_start(tmp_path):
+    """C15: newest() takes path.lock and holds it, so that another job (another open
+    file description) cannot; that job's line: tests/jobs/test_snapshots.py."""
     path = tmp_path / 'new' / 'folders' / 'a.pt'
     assert files.unwritable(path, '--snapshot') is None
     assert list(tmp_path.iterdir()) == []  # checking the path made no folder
@@ -275,11 +251,15 @@ def test_with_no_good_previous_snapshot_the_job_stops_with_one_line(cut_short):
 
 
 @pytest.mark.parametrize('path, says', [
-    ('/dev/null/x.pt', '--snapshot /dev/null/x.pt: /dev/null is a file, not a folder.'),
+    ('/dev/null/x.pt', '--snapshot /dev/null/x.pt: /dev/null is a file, not a folder. '
+     'Pass another --snapshot.'),
     ('/proc/x/y.pt', '--snapshot /proc/x/y.pt: cannot write in /proc'),
-    ('{tmp}', '--snapshot {tmp} is a folder; it names a file: pass a file path'),
+    ('{tmp}', '--snapshot {tmp} is a folder; it names a file: pass a file path, '
+     'such as {tmp}/snapshot.pt.'),
 ])
 def test_an_unusable_path_gets_one_line_and_nothing_is_made(tmp_path, path, says):
+    """train_ddp's first call, snapshot.load, stops every rank with it before any
+    epoch (as test_other_flags_stop_the_job_with_one_line_before_any_epoch shows)."""
     path, says = path.format(tmp=tmp_path), says.format(tmp=tmp_path)
     with pytest.raises(snapshot.SnapshotError) as error:
         snapshot.newest(Path(path), ARGS)
