@@ -1,6 +1,7 @@
 """_config.yml as Jupyter Book hands it to Sphinx (eco.md §4, §7): each page names its
-published address (html.baseurl, its canonical link), has an "Edit this page" link to its
-source in the repository, and its Colab and download buttons open the reader copies."""
+published address (html.baseurl, its canonical link), has an "Edit this page" link to
+its source in the repository, and its Colab and download buttons open the reader
+copies."""
 from jupyter_book.config import get_final_config
 
 from tests.repo.helpers import ROOT
