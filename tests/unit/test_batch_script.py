@@ -85,8 +85,9 @@ def test_a_port_in_use_is_called_taken(node):
     job = free_job_id()
     port = 20000 + job % 12000
     with socket.create_server(('', port)):
-        assert run(node, job)[0::2] == (1, [f'port {port} on n1 is taken, and the '
-                                            'rendezvous needs it: submit the job again'])
+        said = run(node, job)[0::2]
+    assert said == (1, [f'port {port} on n1 is taken, and the rendezvous needs it: '
+                        'submit the job again'])
 
 
 def test_the_gpu_example_gives_the_step_its_cores_and_a_worker_per_gpu(node):
