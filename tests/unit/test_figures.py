@@ -217,24 +217,6 @@ def test_book_figures_render_legibly_in_the_column(name):
     assert dict(matplotlib.rcParams) == before
 
 
-@pytest.mark.parametrize('cores, marked, backend, title', [
-    (2, True, 'gloo', 'measured on the CPU (gloo), one core per process'),
-    (4, False, ['nccl'] * 6, 'measured on GPUs (NCCL), one process per GPU'),
-    (None, False, None, '')])
-def test_scaling_figure(cores, marked, backend, title):
-    """Each run and its ideal; cores marked inside the plot; where it was measured."""
-    ax, = dp.plot_scaling([1, 2, 4], {'strong': [1.0, 1.9, 2.0]}, cores=cores,
-                          backend=backend).axes
-    lines = {line.get_label(): line for line in ax.get_lines()}
-    label = f'{cores} CPU cores: more devices share them'
-    assert (label in lines) == marked
-    if marked:  # a dotted line at the core count: more devices than cores measured
-        assert list(lines[label].get_xdata()) == [2, 2]
-    assert list(lines['strong'].get_ydata()) == [1.0, 1.9, 2.0]
-    assert list(lines['strong: ideal'].get_ydata()) == [1.0, 2.0, 4.0]
-    assert ax.get_title() == title
-
-
 @pytest.mark.parametrize('draw, args, message', [
     *[(figures.plot_ring_allreduce, (k,), 'k must be an integer from 2 to 8')
       for k in (1, 9, 2.5)],
@@ -257,21 +239,31 @@ def test_scatter_follows_torch_chunk_and_names_the_devices(devices):
     assert labels == [f'on {d}\nshape ({rows}, 5)' for d in devices]
 
 
-def test_accuracy_draws_one_line_per_run_and_num_epochs_widens_the_x_axis():
-    runs = {'1 GPU': [0.41, 0.62, 0.71], '2 GPUs': [0.45, 0.60, 0.73, 0.80]}
-    ax, = dp.plot_accuracy(runs, num_epochs=10).axes
-    assert [(line.get_label(), list(line.get_xdata()), list(line.get_ydata()))
-            for line in ax.get_lines()] == [
-        (label, list(range(1, len(a) + 1)), a) for label, a in runs.items()]
-    assert ax.get_xlim()[1] >= 10  # the epochs still to come
+RUNS = {'1 GPU': [0.41, 0.62, 0.71], '2 GPUs': [0.45, 0.60, 0.73, 0.80]}
+STRONG = ([1, 2, 4], {'strong': [1.0, 1.9, 2.0]})  # drawn with its ideal
+SCALED = [('strong', [1, 2, 4], [1.0, 1.9, 2.0]),
+          ('strong: ideal', [1, 2, 4], [1, 2, 4])]
 
 
-def test_bandwidth_plots_measured_points_and_the_model_line():
-    fig = dp.plot_bandwidth([100e6, 1e9], [1.2, 0.16], [1.24, 0.17])
-    model, points = fig.axes[0].get_lines()
-    assert list(points.get_xdata()) == [100, 1000]  # Mbit/s
-    assert list(points.get_ydata()) == [1200, 160]  # ms
-    assert list(model.get_ydata()) == [1240, 170]
+@pytest.mark.parametrize('draw, lines, title, x_max', [
+    # one line per run, epochs from 1; num_epochs widens the x axis to those to come
+    (lambda: dp.plot_accuracy(RUNS, num_epochs=10),
+     [(label, list(range(1, len(a) + 1)), a) for label, a in RUNS.items()], '', 10),
+    (lambda: dp.plot_bandwidth([100e6, 1e9], [1.2, 0.16], [1.24, 0.17]),  # Mbit/s, ms
+     [('cost model: compute + allreduce at the rate', [100, 1000], [1240, 170]),
+      ('measured (median step)', [100, 1000], [1200, 160])], '', 1000),
+    # cores marked inside the plot: dotted at the core count, past which devices share
+    (lambda: dp.plot_scaling(*STRONG, cores=2, backend='gloo'),
+     [*SCALED, ('2 CPU cores: more devices share them', [2, 2], [0, 1])],
+     'measured on the CPU (gloo), one core per process', 4),
+    (lambda: dp.plot_scaling(*STRONG, cores=4, backend=['nccl'] * 6), SCALED,
+     'measured on GPUs (NCCL), one process per GPU', 4),
+    (lambda: dp.plot_scaling(*STRONG, cores=None, backend=None), SCALED, '', 4)])
+def test_charts_draw_their_numbers(draw, lines, title, x_max):
+    ax = draw().axes[0]
+    assert [(line.get_label(), [float(x) for x in line.get_xdata()],
+             [float(y) for y in line.get_ydata()]) for line in ax.get_lines()] == lines
+    assert ax.get_title() == title and ax.get_xlim()[1] >= x_max
 
 
 def test_the_book_svg_files_are_what_code_draws():

@@ -165,19 +165,16 @@ def no_links(src, dst):
 
 @pytest.mark.parametrize('link', [os.link, no_links], ids=['hard-link', 'copy'])
 def test_the_previous_snapshot_is_kept_as_prev(tmp_path, two_saved, monkeypatch, link):
-    """A second name for the file, or a copy where hard links are refused."""
+    """A second name for the file, or a copy where hard links are refused; a fresh
+    start (the reader removed the snapshot) drops it: no fallback to an earlier run."""
     monkeypatch.setattr(os, 'link', link)
     save(two_saved, 3)
     assert epoch_of(two_saved) == 3 and epoch_of(snapshot.previous(two_saved)) == 2
     assert names(tmp_path) == ['a.pt', 'a.pt.prev']
-
-
-def test_a_fresh_start_drops_an_earlier_runs_prev(two_saved):
-    path = two_saved
-    path.unlink()  # the reader starts afresh
-    assert snapshot.newest(path, ARGS) is None  # prev is no fallback
-    save(path, 1)
-    assert not snapshot.previous(path).exists()
+    two_saved.unlink()
+    assert snapshot.newest(two_saved, ARGS) is None
+    save(two_saved, 1)
+    assert names(tmp_path) == ['a.pt', 'a.pt.lock']
 
 
 def test_file_and_folder_are_flushed_before_and_after_the_rename(tmp_path, monkeypatch):
