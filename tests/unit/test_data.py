@@ -168,16 +168,24 @@ def test_downloaded_files_are_read_as_files_found_in_place(mirror, tmp_path,
      'marker was reached). Set MULTIGPU_DATA'),
     (zlib.error('Error -3 while decompressing data: invalid block type'), True,
      'downloading it failed (Error -3 while decompressing data: invalid block type)'),
+    (OSError('no network'), True, 'downloading it failed (no network). Set'),
     (OSError('no network'), False,  # a job's other processes: no attempt at all
      'and download=False: set MULTIGPU_DATA')],
-    ids=['EOFError', 'zlib.error', 'no-download'])
-def test_a_failed_or_refused_download_leaves_the_folder_as_it_was(
+    ids=['EOFError', 'zlib.error', 'offline', 'no-download'])
+def test_a_failed_download_clears_what_it_and_a_killed_one_left(
         tmp_path, monkeypatch, raised, download, reason):
-    """A cut-short or corrupt archive is one line; download=False does not even try."""
-    calls = []
+    """A cut-short or corrupt archive is one line; download=False does not even try.
+    A download killed outright (SIGKILL skips its finally) left half an archive and
+    its lock file: the next downloader, under the lock, removes them, then fetches."""
+    killed = tmp_path / '.download-k1ll3d' / 'FashionMNIST' / 'raw'
+    killed.mkdir(parents=True)
+    (killed / 't10k-images-idx3-ubyte.gz').write_bytes(b'half an archive')
+    (tmp_path / '.download.lock').touch()
+    before, fetches = sorted(tmp_path.rglob('*')), []
 
     def torn(folder, **kwargs):  # unpacks half a file, then fails
-        calls.append(folder)
+        fetches.append((Path(folder).name,
+                        sorted(p.name for p in tmp_path.glob('.download-*'))))
         raw = Path(folder) / 'FashionMNIST' / 'raw'
         raw.mkdir(parents=True)
         (raw / 't10k-images-idx3-ubyte').write_bytes(b'half')
@@ -186,28 +194,12 @@ def test_a_failed_or_refused_download_leaves_the_folder_as_it_was(
     with pytest.raises(dp.DataUnavailableError) as error:
         dp.read_fashion_mnist(False, root=tmp_path, download=download)
     assert reason in str(error.value) and '\n' not in str(error.value)
-    assert len(calls) == download and list(tmp_path.iterdir()) == []
-
-
-def test_a_download_killed_outright_is_cleared_by_the_next_one(tmp_path, monkeypatch):
-    """SIGKILL skips its finally: the next downloader, under the lock, removes what it
-    left (half an archive), then fetches; offline, that fails in one line."""
-    left = tmp_path / '.download-k1ll3d' / 'FashionMNIST' / 'raw'
-    left.mkdir(parents=True)
-    (left / 't10k-images-idx3-ubyte.gz').write_bytes(b'half an archive')
-    (tmp_path / '.download.lock').touch()  # the killed one's lock file stays too
-    downloads = []
-
-    def offline(folder, **kwargs):
-        downloads.append((Path(folder).name,
-                          sorted(p.name for p in tmp_path.glob('.download-*'))))
-        raise OSError('no network')
-    monkeypatch.setattr(torchvision.datasets, 'FashionMNIST', offline)
-    with pytest.raises(dp.DataUnavailableError, match=r'failed \(no network\)\. '):
-        dp.read_fashion_mnist(False, root=tmp_path)
-    [(own, found)] = downloads
-    assert found == [own]  # the killed one's folder was gone before the fetch
-    assert list(tmp_path.iterdir()) == []
+    if download:
+        [(own, found)] = fetches
+        assert found == [own]  # the killed one's folder was gone before the fetch
+        assert list(tmp_path.iterdir()) == []
+    else:
+        assert fetches == [] and sorted(tmp_path.rglob('*')) == before  # untouched
 
 
 def test_a_process_that_waited_for_a_download_reads_its_files(tmp_path, fashion_root,

