@@ -176,7 +176,7 @@ benchmark: $(STAMP)
 	$(PY) -m tools.speed
 
 gpu-check: $(STAMP)
-	$(PY) tools/gpu_check.py
+	$(PY) tools/gpu_check.py $(GPU_CHECK_ARGS)
 
 # Prints the matrix of what caught what; about 10 minutes on 2 CPU cores.
 mutations: $(STAMP)

@@ -16,12 +16,15 @@ most 30 minutes in all; not yet timed on a GPU):
    tensor-parallel check (2 processes), chapter 12's pipeline schedules and chapter 9's
    sharded training (4 processes with 4 GPUs or more, else 2).
 
+`--jobs-only` leaves out steps 1 and 2, which `make test` repeats on the same machine
+(gpu.yml runs both).
+
 It prints a line per step as it ends, then the summary (GPU, CUDA, driver, compute
 capability, steps, figures), and exits 1 if a step failed. Without a GPU it says so in
 one line and exits 0. From the repository's root, with MULTIGPU_DATA naming the folder
 that holds FashionMNIST/raw/:
 
-    make gpu-check          (or: .venv/bin/python tools/gpu_check.py)
+    make gpu-check          (or: .venv/bin/python tools/gpu_check.py [--jobs-only])
 """
 import collections
 import json
@@ -283,7 +286,10 @@ def multi_gpu_steps(num_gpus):
                 shard_workers, k, ['train', '--steps', 3], sharded_checks), 120)]
 
 
-def steps_for(num_gpus):
+REPEATED_BY_MAKE_TEST = ('unit', 'nbval')
+
+
+def steps_for(num_gpus, jobs_only=False):
     """The steps for this machine, each with its time limit in seconds."""
     batch = max(num_gpus, 256 // num_gpus * num_gpus)  # ~256 that splits evenly
     lenet = ['--epochs', 3, '--batch-size', batch, '--lr', 0.2]  # chapter 7's job
@@ -297,7 +303,8 @@ def steps_for(num_gpus):
                  'lenet_seconds_per_epoch'), 180),
              Step('resnet18', 'ResNet-18, 2 epochs', ddp_job(
                  resnet, 1, '1 GPU', 'resnet18_seconds_per_epoch'), 300)]
-    return steps + (multi_gpu_steps(num_gpus) if num_gpus >= 2 else [])
+    steps += multi_gpu_steps(num_gpus) if num_gpus >= 2 else []
+    return [s for s in steps if not (jobs_only and s.key in REPEATED_BY_MAKE_TEST)]
 
 
 def fit(text, width):
@@ -355,8 +362,9 @@ def main(argv):
     if argv in (['-h'], ['--help']):
         print(__doc__)
         return 0
-    if argv:
-        print(f'gpu_check.py takes no arguments (got {" ".join(argv)}): run it as '
+    jobs_only = argv == ['--jobs-only']
+    if argv and not jobs_only:
+        print(f'gpu_check.py takes only --jobs-only (got {" ".join(argv)}): run it as '
               '`make gpu-check`.', file=sys.stderr)
         return 2
     num_gpus = gpu_count()
@@ -367,7 +375,7 @@ def main(argv):
     info = gpu_info()
     print(f"GPU check on {info['gpus']}, CUDA {info['cuda']}", flush=True)
     results = []
-    for step in steps_for(num_gpus):
+    for step in steps_for(num_gpus, jobs_only):
         results.append(run_step(step))
         print(step_line(results[-1]), flush=True)
     print('\n'.join(summary(info, results, num_gpus)), flush=True)

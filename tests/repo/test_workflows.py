@@ -346,6 +346,8 @@ def test_gpu_yml_never_tests_without_cuda():
     assert python < index(doc, 'run', 'make ')  # before anything builds the venv
     assert smi < cuda and venv < cuda < gpu_check and cuda < test
     assert preflight < python < venv < data < gpu_check  # data before the unit tests
+    # make test, after it, runs the CUDA-path tests and chapters 1-6 the check would
+    assert 'GPU_CHECK_ARGS=--jobs-only' in steps(doc)[gpu_check]['run']
     cuda_id = steps(doc)[cuda].get('id')
     for i in (gpu_check, test):
         condition = str(steps(doc)[i].get('if', 'success()'))
