@@ -26,6 +26,8 @@ HTML that the browser check (tests/browser) found in the stock Jupyter Book 1 st
   MyST a plain Jupyter shows raw), and its link gets a `download` attribute, without
   which a browser shows the notebook's JSON in a tab (the theme's macro takes no
   attributes, so the written pages are edited).
+- Search cuts Chinese text into words (html_search_language: zh, with jieba), and the
+  Chinese page's table cells (its glossary terms) are words of their own.
 - A page written in another language says so: its front matter `lang` (book/zh.md:
   zh-CN) becomes the page's `<html lang>`, which Sphinx sets to the book's (en).
 - A little CSS (CSS below, served as _static/book_html_fixes.css): inline code may break
@@ -201,6 +203,22 @@ def _page_language(app, pagename, templatename, context, doctree):
         context['language'] = lang
 
 
+def _search_words(app, config):
+    """Chinese search: the zh page's table cells are jieba words of their own."""
+    # jieba would cut a glossary term such as 重新排队 into 重新 and 排队, and a reader who
+    # types the term would find nothing; Sphinx's zh splitter loads this as jieba's
+    # user dictionary (html_search_options 'dict').
+    if not config.html_search_language.startswith('zh'):
+        return
+    page = (Path(app.srcdir) / 'book' / 'zh.md').read_text(encoding='utf-8')
+    rows = '\n'.join(line for line in page.splitlines() if line.startswith('|'))
+    cells = sorted(set(re.findall(r'[\u4e00-\u9fff]{2,}', rows)))
+    words = Path(app.doctreedir) / 'search_words.txt'
+    words.parent.mkdir(parents=True, exist_ok=True)
+    words.write_text(''.join(f'{cell} 1000\n' for cell in cells), encoding='utf-8')
+    config.html_search_options = {**config.html_search_options, 'dict': str(words)}
+
+
 def setup(app):
     app.add_config_value('reader_copies', '', 'html')
     app.connect('html-page-context', _launch_reader_copy, priority=600)
@@ -212,4 +230,5 @@ def setup(app):
     app.connect('doctree-read', _merge_solutions)
     app.connect('doctree-read', _caption_alt)
     app.connect('builder-inited', _add_css)
+    app.connect('config-inited', _search_words)
     return {'parallel_read_safe': True, 'parallel_write_safe': True}
