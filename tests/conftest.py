@@ -11,7 +11,7 @@ import pytest
 
 import data_parallel as dp
 from data_parallel import network
-from tests.helpers import AS_READER, REQUIRE_THROTTLE
+from tests.helpers import AS_READER, CUDA_PATH, REQUIRE_THROTTLE
 
 
 @pytest.fixture
@@ -24,13 +24,6 @@ def throttle():
         pytest.skip(problem)
 
 
-# Modules whose code takes another path where CUDA is available (device policy, pinned
-# memory, cuda snapshots): `make gpu-check` runs them on the GPU (-m cuda). The job
-# tests run gloo on the CPU even there (tests/jobs/helpers.py); gpu-check's own steps
-# run the jobs on NCCL.
-CUDA_PATH = ('unit/test_devices.py', 'unit/test_scratch.py', 'unit/test_data.py',
-             'unit/test_models.py', 'unit/test_train_ddp.py',
-             'unit/test_performance.py', 'unit/test_snapshots_cpu.py')
 
 
 def pytest_collection_modifyitems(items):

@@ -10,7 +10,7 @@ import pytest
 
 import data_parallel as dp
 from data_parallel import CPU_ONLY
-from tests.conftest import CUDA_PATH
+from tests.helpers import CUDA_PATH
 from tools import gpu_check
 
 INFO = {'gpus': '2 x NVIDIA H200', 'capability': '9.0', 'torch': '2.14.1+cu130',
