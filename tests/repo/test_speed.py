@@ -1,6 +1,6 @@
 """tools/speed.py on made-up measurements: no throttled wire, each table met (exit 0)
-and with a claim missed (exit 1 under --check); the make targets running it. (A bad
-flag: tests/jobs/test_bad_input_programs.py.)"""
+and with a claim missed (exit 1 under --check); the make targets running it; a bad
+flag."""
 import pytest
 
 import data_parallel as dp
@@ -114,3 +114,10 @@ def test_make_target_runs_the_tool_with_the_venv_python(tmp_path, make_env, targ
     venv = tmp_path / 'venv'  # a venv path that does not exist: -n only prints
     plan = make_plan(make_env, target, f'VENV={venv}').splitlines()
     assert plan[-1] == f'{venv}/bin/{command}'
+
+
+def test_a_bad_flag_is_refused_in_one_line(capsys):
+    with pytest.raises(SystemExit) as stop:
+        speed.parse_args(['--steps', '0'])
+    assert stop.value.code == 2 and capsys.readouterr().err.splitlines()[-1].endswith(
+        'error: argument --steps: 0 is too small: use at least 1')
