@@ -14,6 +14,9 @@ submitter's environment on). `stop` cancels the jobs, ends whatever still carrie
 removes the folders: no process, socket or spool is left behind, not even a job's daemon
 without SLURM_CONF (slurmd adopts it). If the process that started the cluster is
 killed instead (no exit hook runs), its watchdog does the same (cluster_watchdog.py).
+If both are killed, the next cluster's start sweeps the folders and every process
+that still carries SLURM_CONF; a job's daemon without it, which only the killed
+watchdog knew, is left running (the limit tests/jobs/test_slurm.py shows).
 """
 import atexit
 import contextlib
