@@ -1,8 +1,9 @@
 """train_ddp's snapshots under torchrun: a rank killed in the middle of a save; a
-damaged snapshot, one of other flags, one in use by another job, and output paths that
-cannot be written, found before any training (a damaged one with one before it to fall
-back to: tests/unit/test_snapshot.py). Every job runs on the CPU (gloo), 2 processes, a
-slice of Fashion-MNIST."""
+snapshot in use by another job and a folder a reader cannot write in, each found before
+any training. Other flags, unusable paths and damaged snapshots: tests/unit/
+test_snapshot.py (in one process: snapshot.load, train_ddp's first call, and newest,
+which load runs on rank 0) and test_entry_points.py. Every job runs on the CPU (gloo),
+2 processes, a slice of Fashion-MNIST."""
 import fcntl
 from pathlib import Path
 
@@ -10,12 +11,11 @@ import pytest
 import torch
 
 import data_parallel as dp
-from data_parallel import CPU_ONLY, launch, models, snapshot, train_ddp
+from data_parallel import CPU_ONLY, launch
 from tests.jobs.helpers import failure, record_of, torchrun
 
 pytestmark = pytest.mark.slow  # every test here starts torchrun jobs
 COMMON = ['--epochs', 3, '--num-train', 512, '--num-test', 200]
-FLAGS = train_ddp.parse_args([str(arg) for arg in COMMON])  # what a snapshot records
 DIE_IN_SAVE = Path(__file__).with_name('die_in_save.py')
 
 
@@ -53,32 +53,10 @@ def test_a_rank_killed_in_a_save_resumes_from_the_last_complete_snapshot(
     assert leftovers(str(tmp_path)) == []
 
 
-def lenet_snapshot(path, epoch):
-    """A snapshot of the untrained LeNet, as if `epoch` epochs had run with COMMON."""
-    model = models.LeNet()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
-    history = {'accuracies': [0.1] * epoch, 'epoch_seconds': [1.0] * epoch}
-    snapshot.write(path, model, optimizer, epoch, history, FLAGS)
-
-
 def stopped_with(error, line):
     """Whether the job stopped before any epoch with line, said once (rank 0 only)."""
     return (error.count(line) == 1 and 'epoch 1:' not in error
             and 'Traceback' not in error.split(line)[0])
-
-
-@pytest.mark.parametrize('snapshot, says', [
-    ('/dev/null/lenet.pt', '--snapshot /dev/null/lenet.pt: /dev/null is a file, not a '
-     'folder. Pass another --snapshot.'),
-    ('{tmp}', '--snapshot {tmp} is a folder; it names a file: pass a file path, such '
-     'as {tmp}/snapshot.pt.'),
-])
-def test_an_unusable_snapshot_path_stops_the_job_before_training(
-        tmp_path, fashion_root, snapshot, says):
-    snapshot, says = snapshot.format(tmp=tmp_path), says.format(tmp=tmp_path)
-    error = failure(launch.TRAINER, 2, *COMMON, '--snapshot', snapshot)
-    assert stopped_with(error, says), error
-    assert list(tmp_path.iterdir()) == []  # nothing made, nothing changed
 
 
 @pytest.mark.parametrize('mode, name', [
@@ -100,27 +78,16 @@ def test_a_folder_a_reader_cannot_write_in_stops_the_job_before_training(
     assert list(folder.iterdir()) == []  # nothing made
 
 
-@pytest.mark.parametrize('flags, other, says', [
-    (['--model', 'resnet18'], '', 'was taken with --model lenet (this run: resnet18)'
-     ': pass the same flags to resume, or another --snapshot to start afresh.'),
-    ([], 'locked', 'is in use by another job: wait for it to end, or pass another '
-     '--snapshot.'),
-    ([], 'garbage', 'is damaged or not a PyTorch file. Move it away, or pass another '
-     '--snapshot path.'),  # and no snapshot before it to fall back to
-], ids=['other-model', 'in-use', 'garbage'])
-def test_a_snapshot_this_job_cannot_take_stops_it_before_training(
-        tmp_path, fashion_root, flags, other, says):
-    """C3: one line, not a load_state_dict traceback (each flag's line:
-    tests/unit/test_snapshot.py); C15: while another job holds path.lock, a job on
-    path trains nothing."""
+def test_a_snapshot_in_use_by_another_job_stops_this_one_before_training(
+        tmp_path, fashion_root):
+    """C15: while another job (another process) holds path.lock, a job on path trains
+    nothing, and reads nothing: the lock comes first."""
     path = tmp_path / 'a.pt'
-    lenet_snapshot(path, 1)
-    if other == 'garbage':
-        path.write_bytes(b'not a snapshot at all')
-    before = path.read_bytes()
+    path.write_bytes(b'not a snapshot at all')  # else: "is damaged", and one line too
     with open(f'{path}.lock', 'a') as other_job:
-        if other == 'locked':
-            fcntl.flock(other_job, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        error = failure(launch.TRAINER, 2, *COMMON, *flags, '--snapshot', path)
-    assert stopped_with(error, f'--snapshot {path} {says}'), error
-    assert path.read_bytes() == before
+        fcntl.flock(other_job, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        error = failure(launch.TRAINER, 2, *COMMON, '--snapshot', path)
+    line = (f'--snapshot {path} is in use by another job: wait for it to end, or pass '
+            'another --snapshot.')
+    assert stopped_with(error, line), error
+    assert path.read_bytes() == b'not a snapshot at all'
