@@ -45,11 +45,13 @@ OFFLINE = dict.fromkeys(['http_proxy', 'https_proxy', 'HTTP_PROXY', 'HTTPS_PROXY
 def test_missing_data_offline_fails_fast_and_says_where_to_put_it(tmp_path):
     """Case 25 of the bad-input table: one line; the folder is left as it was."""
     env = dict(os.environ, MULTIGPU_DATA=str(tmp_path), **OFFLINE)
-    code = 'import data_parallel as dp; dp.load_fashion_mnist(256)'
-    start = time.monotonic()
+    # timed inside the child: importing torch takes seconds on a busy machine
+    code = ('import sys, time, data_parallel as dp\nstart = time.monotonic()\ntry:\n'
+            '    dp.load_fashion_mnist(256)\nfinally:\n'
+            '    print(time.monotonic() - start, file=sys.stderr)\n')
     result = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True,
-                            text=True, timeout=60, cwd=os.path.dirname(dp.__file__))
-    assert time.monotonic() - start < 30
+                            text=True, timeout=120, cwd=os.path.dirname(dp.__file__))
+    assert float(result.stderr.split('\n', 1)[0]) < 30  # no retries, no waits
     assert result.returncode != 0
     assert result.stderr.strip().splitlines()[-1] == (
         'data_parallel.data.DataUnavailableError: Fashion-MNIST is not in '
