@@ -3,19 +3,21 @@ check_page and the *_problems functions return readable problems (none: all fine
 import base64
 import functools
 import html.parser
-import json
 import re
 import time
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 
 from data_parallel.figures import COLUMN_PX
-from tools.browser import PAGE_TIMEOUT_S, exists, load, until, wait
+from tests.chapters import load as load_notebook
+from tools.browser import exists, load, until, wait
 
 # Lexers whose blocks are plain text by design (cell outputs, literal blocks).
 PLAIN_LEXERS = {'none', 'text', 'default', 'myst-ansi', 'output', 'console-output'}
 PHONE, DESKTOP = 400, 1400          # CSS pixels: a phone held upright, a laptop window
 MAX_COLUMNS = 88                    # the house limit for code lines (CONTRIBUTING.md)
+# Raw TeX a reader would see where MathJax did not typeset a formula (test_pdf too).
+TEX_DELIMITERS = ('\\(', '\\)', '\\[', '\\]', '$$')
 # What each toggle must open: (problem name, button, links that must become clickable).
 TOGGLES = (
     ('chapter-list button', '.primary-toggle', '.bd-sidebar-primary nav.bd-docs-nav a'),
@@ -24,7 +26,6 @@ TOGGLES = (
 # The article header's menus, each a button and links (a.dropdown-item): (name, menu).
 MENUS = (('launch menu', '.dropdown-launch-buttons'),
          ('download menu', '.dropdown-download-buttons'))
-
 
 _HELPERS_JS = r"""
 // Rendered, not hidden by display, visibility or opacity.
@@ -55,13 +56,9 @@ function elements(selector) {
 """
 
 
-def _run(driver, script, *args):
-    """Run `script` in the page, with the functions of _HELPERS_JS defined."""
-    return driver.execute_script(_HELPERS_JS + script, *args)
-
-
-def _until(driver, script, *args, timeout=PAGE_TIMEOUT_S):
-    """Run `script` (as _run does) until it returns something truthy or time is up."""
+def _run(driver, script, *args, timeout=0):
+    """Run `script` with _HELPERS_JS's functions defined, until it returns something
+    truthy or `timeout` seconds pass (the default: once)."""
     return until(driver, _HELPERS_JS + script, *args, timeout=timeout)
 
 
@@ -69,14 +66,14 @@ def screenshot(driver, path, max_height=12000):
     """Save a PNG of the whole page (up to max_height CSS pixels tall)."""
     # The viewport is stretched to the page's height for the shot (Chromium's
     # captureBeyondViewport shifts this theme's sticky layout sideways), then restored.
-    width, *heights = driver.execute_script(
+    width, height = driver.execute_script(
         'document.activeElement && document.activeElement.blur(); scrollTo(0, 0); '
-        'return [innerWidth, document.documentElement.scrollHeight, '
-        'document.body.scrollHeight];')
-    height = min(max(heights), max_height)
+        'return [innerWidth, Math.max(document.documentElement.scrollHeight, '
+        'document.body.scrollHeight)];')
     try:
         driver.execute_cdp_cmd('Emulation.setDeviceMetricsOverride', {
-            'width': width, 'height': height, 'deviceScaleFactor': 1, 'mobile': False})
+            'width': width, 'height': min(height, max_height), 'deviceScaleFactor': 1,
+            'mobile': False})
         time.sleep(0.3)
         shot = driver.execute_cdp_cmd('Page.captureScreenshot', {'format': 'png'})
     finally:
@@ -86,39 +83,32 @@ def screenshot(driver, path, max_height=12000):
 
 
 # ---------------------------------------------------------------- what notebooks hide
-def _cell_text(cell):
-    """A notebook cell's source and text outputs."""
-    texts = [cell.get('source', '')]
-    for out in cell.get('outputs', []):
-        texts.append(out.get('text', ''))
-        texts += [value for mime, value in out.get('data', {}).items()
-                  if mime.startswith('text/')]
-    return '\n'.join(''.join(text) for text in texts)
-
-
 def _squash(text):
     """`text` with each run of whitespace made one space."""
     return ' '.join(text.split())
 
 
 def removed_snippets(notebook_path, min_len=12):
-    """Lines of `remove-cell` cells (min_len+ characters) found in no other cell."""
-    # so finding one on the page can only mean the removed cell leaked into the book
-    cells = json.loads(Path(notebook_path).read_text(encoding='utf-8')).get('cells', [])
+    """Lines of `remove-cell` cells (min_len+ characters) found in no other cell (its
+    source or text outputs): finding one on the page means the removed cell leaked."""
+    def texts(cell):
+        outs = cell.get('outputs', [])
+        yield from [cell.get('source', '')] + [out.get('text', '') for out in outs]
+        yield from (value for out in outs for mime, value in out.get('data', {}).items()
+                    if mime.startswith('text/'))
+    cells = load_notebook(Path(notebook_path)).get('cells', [])
     removed = [c for c in cells
                if 'remove-cell' in c.get('metadata', {}).get('tags', [])]
-    visible = _squash('\n'.join(_cell_text(c) for c in cells if c not in removed))
-    snippets = []
-    for cell in removed:
-        for line in ''.join(cell.get('source', '')).splitlines():
-            line = _squash(line)
-            if len(line) >= min_len and line not in visible and line not in snippets:
-                snippets.append(line)
-    return snippets
+    shown = _squash('\n'.join(''.join(text) for c in cells if c not in removed
+                              for text in texts(c)))
+    lines = [_squash(line) for cell in removed
+             for line in ''.join(cell.get('source', '')).splitlines()]
+    return list(dict.fromkeys(line for line in lines
+                              if len(line) >= min_len and line not in shown))
 
 
 # ------------------------------------------------------------------ links and anchors
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def anchors_of(path):
     """The ids and <a name>s of the HTML file `path`: what a #fragment points to."""
     ids = set()
@@ -140,17 +130,15 @@ def internal_link_problems(html_root, page_rel, hrefs):
             continue                                  # external, mailto:, javascript:
         url = urlsplit(urljoin('http://book.invalid/' + page_rel, href))
         rel = unquote(url.path).lstrip('/')
-        target = html_root / rel
-        if rel == '' or rel.endswith('/'):
-            target = target / 'index.html'
+        target = html_root / rel / ('index.html' if rel[-1:] in ('', '/') else '')
+        anchor = unquote(url.fragment)
         if not target.resolve().is_relative_to(html_root):
             problems.append(f'link {href!r} leaves the book')
         elif not target.is_file():
             problems.append(f'link {href!r}: {target.relative_to(html_root)} '
                             'does not exist')
-        elif url.fragment and target.suffix == '.html' \
-                and unquote(url.fragment) not in anchors_of(target):
-            problems.append(f'link {href!r}: no anchor #{unquote(url.fragment)} in '
+        elif anchor and target.suffix == '.html' and anchor not in anchors_of(target):
+            problems.append(f'link {href!r}: no anchor #{anchor} in '
                             f'{target.relative_to(html_root)}')
     return problems
 
@@ -205,12 +193,11 @@ def check_page(driver, base_url, html_root, rel, forbidden=()):
     """Open `rel` (under html_root): what a reader hits; `forbidden`: removed text."""
     mathjax, redirected = load(driver, urljoin(base_url, rel))
     facts = _run(driver, _PAGE_FACTS_JS, sorted(PLAIN_LEXERS))
-    problems = []
-    for entry in driver.get_log('browser'):
-        # the redirect stub has no <link rel=icon>; the reader never sees it
-        icon = '/favicon.ico - Failed to load resource' in entry['message']
-        if entry['level'] == 'SEVERE' and not (redirected and icon):
-            problems.append(f"console error: {entry['message'][:300]}")
+    # the redirect stub has no <link rel=icon>; the reader never sees it
+    problems = [f"console error: {entry['message'][:300]}"
+                for entry in driver.get_log('browser') if entry['level'] == 'SEVERE'
+                and not (redirected and '/favicon.ico - Failed to load resource'
+                         in entry['message'])]
     problems += [f"image did not load: {img['src']}" for img in facts['images']
                  if not img['complete'] or img['width'] == 0]
     problems += [f'code block not syntax-highlighted: {block!r}'
@@ -224,8 +211,7 @@ def check_page(driver, base_url, html_root, rel, forbidden=()):
                         f"{facts['mjxContainers']} rendered by MathJax")
     problems += [f'MathJax error in formula: {err}' for err in facts['mathErrors']]
     prose = facts['proseText']
-    for delim in ('\\(', '\\)', '\\[', '\\]', '$$'):
-        at = prose.find(delim)
+    for delim, at in ((d, prose.find(d)) for d in TEX_DELIMITERS):
         if at >= 0:
             problems.append(f'raw TeX {delim!r} left in the text: '
                             f'{prose[max(0, at - 30):at + 40]!r}')
@@ -264,12 +250,12 @@ def open_solution(driver, with_code=False, shot=None):
       const title = arguments[0].querySelector(
         ':scope > .admonition-title, :scope > summary');
       title.scrollIntoView({block: 'center'}); title.click(); title.blur();""", box)
-    opened = bool(_until(driver, r"""
+    opened = bool(_run(driver, r"""
       const [box, withCode] = arguments;
       const held = withCode ? [box.querySelector('div.cell .cell_input pre')] :
         Array.from(box.children).filter(c => !c.matches('summary, .admonition-title'));
       return held.some(c => c.textContent.trim() && visible(c));""",
-                         box, with_code, timeout=5))
+                       box, with_code, timeout=5))
     time.sleep(0.4)                                    # the opening animation
     if opened and shot:        # the window, the box at its top (element shots time out)
         driver.execute_script(
@@ -282,13 +268,13 @@ def open_solution(driver, with_code=False, shot=None):
 def solution_problems(driver):
     """Every solution is one dropdown: no code cell of its own toggle right after it."""
     split = driver.execute_script(r"""
-      const boxes = Array.from(document.querySelectorAll('.admonition.dropdown'));
-      return boxes.filter(box => {
-        const title = box.querySelector(':scope > .admonition-title'),
-              next = box.nextElementSibling;
-        return title && /^Solution/.test(title.textContent.trim()) && next &&
-               next.matches('div.cell') && next.querySelector(':scope > details.hide');
-      }).map(box => box.querySelector('.admonition-title').textContent.trim());""")
+      return Array.from(document.querySelectorAll('.admonition.dropdown'))
+        .map(box => [box.querySelector(':scope > .admonition-title'),
+                     box.nextElementSibling])
+        .filter(([title, next]) => title && /^Solution/.test(title.textContent.trim())
+          && next && next.matches('div.cell') &&
+          next.querySelector(':scope > details.hide'))
+        .map(([title]) => title.textContent.trim());""")
     return [f"{title}: split in two, its code in a separate 'Show code cell' toggle "
             'below the dropdown' for title in split]
 
@@ -306,22 +292,17 @@ def _buttons(driver, css):
 
 def _clickable(driver, css, timeout=0):
     """Whether an element matching `css` is clickable (within `timeout` seconds)."""
-    js = 'return elements(arguments[0]).some(clickable);'
-    return bool(_until(driver, js, css, timeout=timeout))
+    return bool(_run(driver, 'return elements(arguments[0]).some(clickable);', css,
+                     timeout=timeout))
 
 
 def _click(driver, element):
     """Click as a reader would (fails when something covers it); say if it went."""
     from selenium.common.exceptions import WebDriverException
-    # wait until `element` stops moving (a sidebar sliding away moves the buttons)
     rect = 'const r = arguments[0].getBoundingClientRect(); return [r.x, r.y, r.width];'
-    last, end = None, time.monotonic() + 3
-    while time.monotonic() < end:
-        now = driver.execute_script(rect, element)
-        if now == last:
-            break
-        last = now
-        time.sleep(0.15)
+    rects = []           # first wait until it stops moving (a sliding sidebar moves it)
+    wait(lambda: rects.append(driver.execute_script(rect, element)) or
+         rects[-2:-1] == rects[-1:], timeout=3, step=0.15)
     try:
         element.click()
         return True
@@ -361,18 +342,16 @@ def menu_problems(driver, name, menu_css):
         return []
     if not _click(driver, menus[0].find_element('css selector', 'button')):
         return [f'{width}px: the {name} button cannot be clicked (covered)']
-    js = r"""
-      const items = Array.from(arguments[0].querySelectorAll('a.dropdown-item'));
-      return items.length > 0 && items.every(a => {
+    items = "Array.from(arguments[0].querySelectorAll('a.dropdown-item'))"
+    if not _run(driver, f"""const items = {items};
+      return items.length > 0 && items.every(a => {{
         const r = a.getBoundingClientRect();
-        return clickable(a) && r.left >= 0 && r.right <= innerWidth; });"""
-    if not _until(driver, js, menus[0], timeout=3):
+        return clickable(a) && r.left >= 0 && r.right <= innerWidth; }});""",
+                menus[0], timeout=3):
         return [f'{width}px: the {name} does not open, or its items are off screen']
     # an icon alone (a launcher's logo) tells a reader nothing: each item says its name
-    mute = _run(driver, r"""
-      return Array.from(arguments[0].querySelectorAll('a.dropdown-item'))
-        .filter(a => !a.innerText.trim()).map(a => a.getAttribute('href'));""",
-                menus[0])
+    mute = driver.execute_script(f"""return {items}
+      .filter(a => !a.innerText.trim()).map(a => a.getAttribute('href'));""", menus[0])
     return [f'{width}px: the {name} has an item without words: {h}' for h in mute]
 
 
@@ -428,21 +407,20 @@ for (const el of document.body.querySelectorAll('*')) {
   if (!visible(el) || clipped(el) || wide.some(w => w.contains(el))) continue;
   wide.push(el);
 }
-return wide.slice(0, 10).map(el => {
+return [width, wide.slice(0, 10).map(el => {
   const r = el.getBoundingClientRect();
   return `<${el.tagName.toLowerCase()}${el.id ? '#' + el.id : ''}` +
     `${el.classList.length ? '.' + Array.from(el.classList).join('.') : ''}> ` +
     `from ${Math.round(r.left)} to ${Math.round(r.right)} px: ` +
     JSON.stringify(el.textContent.trim().slice(0, 50));
-});
+})];
 """
 
 
 def wide_element_problems(driver):
     """Elements wider than the viewport (the page scrolls sideways on a phone)."""
-    width = driver.execute_script('return document.documentElement.clientWidth')
-    return [f'{width}px: element wider than the screen: {w}'
-            for w in _run(driver, _WIDE_JS)]
+    width, wide = _run(driver, _WIDE_JS)
+    return [f'{width}px: element wider than the screen: {w}' for w in wide]
 
 
 _CODE_JS = r"""
@@ -474,8 +452,8 @@ def code_width_problems(driver):
     problems = []
     for block in driver.execute_script(_CODE_JS):
         # in a monospace font, a tab reaches the next multiple of 8 columns
-        lines = [line.expandtabs(8) for line in block['text'].rstrip('\n').split('\n')]
-        widest = max(lines, key=len)
+        widest = max((line.expandtabs(8) for line in block['text'].rstrip('\n')
+                      .split('\n')), key=len)
         if len(widest) > MAX_COLUMNS:
             problems.append(f"{block['kind']} wider than {MAX_COLUMNS} columns "
                             f"({len(widest)}): cell {block['first'][:70]!r}; "

@@ -9,6 +9,7 @@ import pypdf
 import pytest
 
 from tests.browser.book import BUILD, ROOT, toc_files
+from tests.browser.pagecheck import TEX_DELIMITERS
 from tests.chapters import load, text
 from tools import reader_copies
 from tools.reader_copies import title
@@ -16,8 +17,6 @@ from tools.reader_copies import title
 # 148 pages measured (12 chapters, A4, solutions open); below, pages went missing;
 # above, the print layout broke (code at screen size, a page per block)
 PAGES = (100, 300)
-# Raw TeX a reader would see where MathJax did not typeset a formula.
-TEX_DELIMITERS = ('\\(', '\\)', '\\[', '\\]', '$$')
 # Inline or display math in a chapter's Markdown (code fences taken out first).
 MATH = re.compile(r'\$[^$\n]+\$|\$\$.+?\$\$', re.DOTALL)
 
