@@ -3,8 +3,9 @@
 A mutation replaces text exactly once in a package module and in the #@save cell that
 mirrors it, in a copy of book/ and tests/ whose package goes first on PYTHONPATH. Each
 copy runs its unit tests, then its chapters' checks, until one fails: make test would
-catch the bug there. The unmutated copy, the control, then runs each check that caught
-one, and must pass it.
+catch the bug there. The unmutated copies, the control, run the unit tests and every
+selection in two pytest processes, beside the mutated copies, and must pass each check
+that caught one.
 """
 import functools
 import json
@@ -389,22 +390,6 @@ def selection(mutation):
             for chapter in mutation.chapters}
 
 
-def control_copies(pairs=None):
-    """Selections ({chapter: group}) that hold every pair, by default every one a
-    mutation runs, in few copies.
-
-    (A narrow group may lack a cell it needs: then it fails mutated or not.)
-    """
-    copies = []
-    for chapter, group in sorted(pairs if pairs is not None else {
-            pair for mutation in MUTATIONS for pair in selection(mutation).items()}):
-        free = next((copy for copy in copies if chapter not in copy), None)
-        if free is None:
-            copies.append(free := {})
-        free[chapter] = group
-    return copies
-
-
 def write_chapters(root, groups, mutation=None):
     """Write each chapter's selection, mutated if asked; {chapter: original indices}."""
     book = root / 'book'
@@ -420,6 +405,20 @@ def write_chapters(root, groups, mutation=None):
                                              book / 'data_parallel')
         (book / chapter).write_text(json.dumps(notebook))
     return origins
+
+
+def write_control(root, pairs):
+    """Write each (chapter, group) selection, unmutated, under its own name in one copy;
+    {file name: (place, original indices)}."""
+    book = root / 'book'
+    written = {}
+    for chapter, group in sorted(pairs):
+        notebook, origins = trimmed(chapters.load(book / chapter), group,
+                                    book / 'data_parallel')
+        name = f'{chapter[:-6]}--{group}.ipynb'
+        (book / name).write_text(json.dumps(notebook))
+        written[name] = (place(chapter, group), origins)
+    return written
 
 
 def environment(root):
@@ -532,21 +531,50 @@ def until_caught(calls):
     return done
 
 
-def tasks(folder, mutation=None, unit=(), groups=None):
-    """(label, call) of one copy's checks; each call returns a list of Outcomes.
-
-    A control copy (no mutation) runs the unit tests and groups given, each its own
-    call; a mutated copy its own, in one call, each stopped at its first failure (-x),
-    the chapters only if the unit tests missed the bug.
-    """
-    if mutation is not None:
-        unit, groups = mutation.unit, selection(mutation)
+def tasks(folder, mutation):
+    """(label, call) of a mutated copy: its checks in turn, each stopped at its first
+    failure (-x), the chapters only if the unit tests missed the bug."""
+    groups = selection(mutation)
     root = make_copy(folder, mutation)
-    calls = checks(root, unit, groups, write_chapters(root, groups, mutation),
-                   stop_first=mutation is not None)
-    if mutation is not None:
-        return [(mutation.name, functools.partial(until_caught, calls))]
-    return [('control', lambda call=call: [call()]) for call in calls]
+    calls = checks(root, mutation.unit, groups, write_chapters(root, groups, mutation),
+                   stop_first=True)
+    return [(mutation.name, functools.partial(until_caught, calls))]
+
+
+def run_control(root, unit, written):
+    """One pytest process over the unit tests and every selection; an Outcome each."""
+    files = [f'book/{name}' for name in written]
+    run = pytest_run(root, [*unit, *NBVAL, *files], 'control', stop_first=False)
+    found = {place: Outcome(place, False, [], 0.0) for place, _ in written.values()}
+    if unit:
+        found['unit tests'] = Outcome('unit tests', False, [], 0.0)
+    report = ElementTree.parse(root / 'junit-control.xml').getroot()
+    for case in report.iter('testcase'):
+        file = case.get('classname', '').removeprefix('book.')
+        place, origins = written.get(file, ('unit tests', None))
+        outcome = found[place]
+        outcome.seconds += float(case.get('time') or 0)
+        for problem in list(case.iter('failure')) + list(case.iter('error')):
+            message = why(problem.get('message') or '', problem.text or '')
+            name = case.get('name', '')
+            if origins is not None:  # nbval names items 'Cell <n>', code cells only
+                name = f'cell {origins[int(name.rsplit(" ", 1)[-1])]}'
+            outcome.failed = True
+            outcome.failures.append((name, message))
+    assert run.failed == any(o.failed for o in found.values()), run
+    return list(found.values())
+
+
+def control(folder, unit, pairs, processes=2):
+    """(label, call) of the unmutated copies: the unit tests and the selections, shared
+    out over a few copies, one pytest process each."""
+    pairs, found = sorted(pairs), []
+    for i in range(min(processes, len(pairs)) or 1):
+        root = make_copy(Path(folder) / str(i))
+        found.append(('control', functools.partial(
+            run_control, root, tuple(unit) if i == 0 else (),
+            write_control(root, pairs[i::processes]))))
+    return found
 
 
 def run_all(all_tasks, workers=2, report=lambda label, outcome: None):
