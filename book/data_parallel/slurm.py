@@ -11,12 +11,9 @@ real cluster (slurmctld runs there as the user SlurmUser names, usually slurm).
 Every process of the cluster carries its configuration file in SLURM_CONF: the daemons
 (started with it), slurmstepd (slurmd sets it) and every job (sbatch passes the
 submitter's environment on). `stop` cancels the jobs, ends whatever still carries it and
-removes the folders: no process, socket or spool is left behind, not even a job's daemon
-without SLURM_CONF (slurmd adopts it). If the process that started the cluster is
-killed instead (no exit hook runs), its watchdog does the same (cluster_watchdog.py).
-If both are killed, the next cluster's start sweeps the folders and every process
-that still carries SLURM_CONF; a job's daemon without it, which only the killed
-watchdog knew, is left running (the limit tests/jobs/test_slurm.py shows).
+removes the folders: nothing is left behind, not even a job's daemon without SLURM_CONF
+(slurmd adopts it). If the owner is killed, its watchdog does the same; if both are, the
+next start sweeps all but such a daemon (cluster_watchdog.py; tests/jobs/test_slurm.py).
 """
 import atexit
 import contextlib

