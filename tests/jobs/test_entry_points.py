@@ -42,7 +42,7 @@ def the_one_line(result, before=('usage: ', ' ')):
     (11, ['-m', PERF], 2, f'torchrun ... -m {PERF}: error: the following arguments '
      'are required: mode'),
     (17, ['tools/gpu_check.py', '--foo'], 2,
-     'gpu_check.py takes no arguments (got --foo): run it as `make gpu-check`.'),
+     'gpu_check.py takes only --jobs-only (got --foo): run it as `make gpu-check`.'),
     ('notebook', ['tools/execute_notebooks.py', 'book/99_missing.ipynb'], 1,
      'book/99_missing.ipynb: no such notebook'),
     ('notebook', ['tools/execute_notebooks.py'], 1,
