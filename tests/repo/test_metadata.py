@@ -34,17 +34,6 @@ def test_python_floor_is_the_makefiles_check():
     assert floor(PROJECT['requires-python']) == tuple(map(int, check.groups()))
 
 
-def test_torch_floor_runs_what_the_jobs_use_on_cpu():
-    """Each of these uses fails on the CPU with a torch older than its floor."""
-    jobs = ROOT / 'book' / 'data_parallel' / 'jobs'
-    shard, pipeline = (jobs / name for name in ('shard_workers.py', 'pp_workers.py'))
-    torch_floor = floor(str(dependency('torch').specifier))
-    if 'fully_shard' in shard.read_text():
-        assert torch_floor >= (2, 7)  # 2.6's CPU stream has no record_event
-    if 'pipeline_order' in pipeline.read_text():
-        assert torch_floor >= (2, 8)  # 2.7's single-stage schedules have none
-
-
 def test_the_floors_are_what_the_job_torch_floor_installs():
     """ci.yml runs the reader copies on exactly the oldest torch that pip accepts."""
     env = load('ci.yml')['jobs']['torch-floor']['env']

@@ -196,8 +196,9 @@ def test_release_tags_and_publishes_only_what_ci_passed_on_a_push_to_main():
         'permissions': {'contents': 'read', 'pages': 'write', 'id-token': 'write'}}
 
 
-def runner_safety(doc):
+def test_gpu_yml_runs_no_forks_code_and_has_time_limits():
     """Where a GPU runner is declared, no fork's code; time limits (pins: above)."""
+    doc = load('gpu.yml')
     assert set(doc['on']) == {'push', 'workflow_dispatch'}, set(doc['on'])
     assert doc['on']['push'] == {'branches': ['main']}, doc['on']['push']
     job, = doc['jobs'].values()
@@ -208,14 +209,6 @@ def runner_safety(doc):
     for step in job['steps']:
         limit = step.get('timeout-minutes')
         assert isinstance(limit, int) and limit > 0, step.get('name', step)
-
-
-def test_gpu_yml_runs_no_forks_code_and_fails_a_copy_that_would():
-    doc = load('gpu.yml')
-    runner_safety(doc)
-    doc['on']['pull_request_target'] = None  # a fork's code on the GPU runner
-    with pytest.raises(AssertionError):
-        runner_safety(doc)
 
 
 def test_gpu_yml_first_stops_unless_it_is_mains():
