@@ -14,7 +14,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import xml.etree.ElementTree as ElementTree
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -390,8 +389,9 @@ def selection(mutation):
             for chapter in mutation.chapters}
 
 
-def write_chapters(root, groups, mutation=None):
-    """Write each chapter's selection, mutated if asked; {chapter: original indices}."""
+def write_selections(root, pairs, mutation=None):
+    """Write each (chapter, group) selection, mutated if asked, as a notebook of its
+    own; {file name: (place, original indices)}."""
     book = root / 'book'
     notebooks = {path.name: chapters.load(path)
                  for path in book.glob('[0-9][0-9]_*.ipynb')}
@@ -399,22 +399,9 @@ def write_chapters(root, groups, mutation=None):
         name = mutate_chapters(notebooks, mutation)
         if name is not None:
             (book / name).write_text(json.dumps(notebooks[name]))
-    origins = {}
-    for chapter, group in groups.items():
-        notebook, origins[chapter] = trimmed(notebooks[chapter], group,
-                                             book / 'data_parallel')
-        (book / chapter).write_text(json.dumps(notebook))
-    return origins
-
-
-def write_control(root, pairs):
-    """Write each (chapter, group) selection, unmutated, under its own name in one copy;
-    {file name: (place, original indices)}."""
-    book = root / 'book'
     written = {}
     for chapter, group in sorted(pairs):
-        notebook, origins = trimmed(chapters.load(book / chapter), group,
-                                    book / 'data_parallel')
+        notebook, origins = trimmed(notebooks[chapter], group, book / 'data_parallel')
         name = f'{chapter[:-6]}--{group}.ipynb'
         (book / name).write_text(json.dumps(notebook))
         written[name] = (place(chapter, group), origins)
@@ -456,19 +443,24 @@ def why(message, details):
     return (raised or ['cell failed'])[-1][:100]
 
 
-def failures_in(junit_xml):
-    """(test id, why) of each test that failed in a JUnit XML report."""
-    found = []
+def cases(junit_xml):
+    """(class, name, seconds, why of each failure) of the tests in a JUnit XML report."""
     for case in ElementTree.parse(junit_xml).getroot().iter('testcase'):
-        for problem in list(case.iter('failure')) + list(case.iter('error')):
-            test = f"{case.get('classname', '').split('.')[-1]}::{case.get('name')}"
-            found.append((test, why(problem.get('message') or '', problem.text or '')))
-    return found
+        problems = list(case.iter('failure')) + list(case.iter('error'))
+        yield (case.get('classname', ''), case.get('name', ''),
+               float(case.get('time') or 0),
+               [why(p.get('message') or '', p.text or '') for p in problems])
 
 
-def pytest_run(root, args, place, stop_first):
-    """Run pytest in the copy after checking it imports the copy's package; Outcome."""
-    slug = place.replace(' ', '-')
+def place(chapter, group):
+    """How a chapter's selection is named in the matrix."""
+    return f'{group} of {chapter[:-6]}'
+
+
+def run_checks(root, unit, written, label, stop_first=False):
+    """One pytest process over the unit tests and the selections written, after a
+    check that it imports the copy's package; an Outcome for each."""
+    slug = label.replace(' ', '-')
     report = root / f'junit-{slug}.xml'
     book = str(root / 'book' / 'data_parallel') + os.sep
     code = ('import sys, data_parallel, pytest\n'
@@ -478,55 +470,42 @@ def pytest_run(root, args, place, stop_first):
             'sys.exit(pytest.main(sys.argv[1:]))\n')
     command = [sys.executable, '-c', code, '-q', '-p', 'no:cacheprovider',
                f'--junitxml={report}', f'--basetemp={root / f"tmp-{slug}"}',
-               *(['-x'] if stop_first else []), *args]
-    start = time.monotonic()
+               *(['-x'] if stop_first else []), *unit,
+               *(NBVAL if written else []), *(f'book/{name}' for name in written)]
     done = subprocess.run(command, cwd=root, env=environment(root), capture_output=True,
                           text=True, timeout=1200)
-    seconds = time.monotonic() - start
     tail = '\n'.join((done.stdout + done.stderr).strip().splitlines()[-30:])
     if done.returncode not in (0, 1):
-        raise HarnessError(f'{place}: pytest exited with {done.returncode}:\n{tail}')
-    failures = failures_in(report)
-    if done.returncode == 1 and not failures:
-        raise HarnessError(f'{place}: pytest failed, naming no test:\n{tail}')
-    return Outcome(place, done.returncode == 1, failures, seconds)
-
-
-def place(chapter, group):
-    """How a chapter's selection is named in the matrix."""
-    return f'{group} of {chapter[:-6]}'
-
-
-def run_chapter(root, chapter, group, origins, stop_first):
-    """nbval on the chapter's selection; failures named by the original cell index."""
-    outcome = pytest_run(root, [*NBVAL, f'book/{chapter}'], place(chapter, group),
-                         stop_first)
-    named = []
-    for test, message in outcome.failures:
-        number = int(test.rsplit(' ', 1)[-1])  # nbval names items 'Cell <n>', code only
-        if origins[number] is None:
-            raise HarnessError(f'{chapter}: the kernel imported another package: '
-                               f'{message}')
-        named.append((f'cell {origins[number]}', message))
-    outcome.failures = named
-    return outcome
-
-
-def checks(root, unit, groups, origins, stop_first):
-    """The calls that run a copy's checks: its unit tests, each chapter's selection."""
-    found = [functools.partial(pytest_run, root, list(unit), 'unit tests',
-                               stop_first)] if unit else []
-    return found + [functools.partial(run_chapter, root, chapter, group,
-                                      origins[chapter], stop_first)
-                    for chapter, group in groups.items()]
+        raise HarnessError(f'{label}: pytest exited with {done.returncode}:\n{tail}')
+    found = {place: Outcome(place, False, [], 0.0) for place, _ in written.values()}
+    if unit:
+        found['unit tests'] = Outcome('unit tests', False, [], 0.0)
+    for file, name, seconds, whys in cases(report):
+        place, origins = written.get(file.removeprefix('book.'), ('unit tests', None))
+        outcome = found[place]
+        outcome.seconds += seconds
+        for message in whys:
+            if origins is None:
+                test = f"{file.split('.')[-1]}::{name}"
+            else:  # nbval names items 'Cell <n>', code cells only
+                test = origins[int(name.rsplit(' ', 1)[-1])]
+                if test is None:
+                    raise HarnessError(f'{file}: the kernel imported another package: '
+                                       f'{message}')
+                test = f'cell {test}'
+            outcome.failed = True
+            outcome.failures.append((test, message))
+    if done.returncode == 1 and not any(o.failed for o in found.values()):
+        raise HarnessError(f'{label}: pytest failed, naming no test:\n{tail}')
+    return list(found.values())
 
 
 def until_caught(calls):
     """Outcomes of calls in turn, up to the first that failed."""
     done = []
     for call in calls:
-        done.append(call())
-        if done[-1].failed:
+        done += call()
+        if any(outcome.failed for outcome in done):
             break
     return done
 
@@ -534,35 +513,13 @@ def until_caught(calls):
 def tasks(folder, mutation):
     """(label, call) of a mutated copy: its checks in turn, each stopped at its first
     failure (-x), the chapters only if the unit tests missed the bug."""
-    groups = selection(mutation)
     root = make_copy(folder, mutation)
-    calls = checks(root, mutation.unit, groups, write_chapters(root, groups, mutation),
-                   stop_first=True)
+    written = write_selections(root, selection(mutation).items(), mutation)
+    calls = [functools.partial(run_checks, root, mutation.unit, {}, 'unit tests',
+                               True)] if mutation.unit else []
+    calls += [functools.partial(run_checks, root, (), {name: where}, where[0], True)
+              for name, where in written.items()]
     return [(mutation.name, functools.partial(until_caught, calls))]
-
-
-def run_control(root, unit, written):
-    """One pytest process over the unit tests and every selection; an Outcome each."""
-    files = [f'book/{name}' for name in written]
-    run = pytest_run(root, [*unit, *NBVAL, *files], 'control', stop_first=False)
-    found = {place: Outcome(place, False, [], 0.0) for place, _ in written.values()}
-    if unit:
-        found['unit tests'] = Outcome('unit tests', False, [], 0.0)
-    report = ElementTree.parse(root / 'junit-control.xml').getroot()
-    for case in report.iter('testcase'):
-        file = case.get('classname', '').removeprefix('book.')
-        place, origins = written.get(file, ('unit tests', None))
-        outcome = found[place]
-        outcome.seconds += float(case.get('time') or 0)
-        for problem in list(case.iter('failure')) + list(case.iter('error')):
-            message = why(problem.get('message') or '', problem.text or '')
-            name = case.get('name', '')
-            if origins is not None:  # nbval names items 'Cell <n>', code cells only
-                name = f'cell {origins[int(name.rsplit(" ", 1)[-1])]}'
-            outcome.failed = True
-            outcome.failures.append((name, message))
-    assert run.failed == any(o.failed for o in found.values()), run
-    return list(found.values())
 
 
 def control(folder, unit, pairs, processes=2):
@@ -572,8 +529,8 @@ def control(folder, unit, pairs, processes=2):
     for i in range(min(processes, len(pairs)) or 1):
         root = make_copy(Path(folder) / str(i))
         found.append(('control', functools.partial(
-            run_control, root, tuple(unit) if i == 0 else (),
-            write_control(root, pairs[i::processes]))))
+            run_checks, root, tuple(unit) if i == 0 else (),
+            write_selections(root, pairs[i::processes]), f'control {i}')))
     return found
 
 
