@@ -152,7 +152,6 @@ def test_lenet_shapes_match_a_forward_pass():
     fig = figures.plot_lenet_shapes()
     shapes = drawn_shapes(fig)
     assert shapes == reference_lenet_shapes(params)
-    assert shapes[-1] == tuple(dp.lenet(torch.zeros(1, 1, 28, 28), params).shape)
     names = [s for s in texts(fig) if s and '×' not in s.split('\n')[-1]
              or s.startswith(('conv', 'avg'))]
     assert sum(s.startswith('conv') for s in names) == 2
