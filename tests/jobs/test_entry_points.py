@@ -1,8 +1,8 @@
 """Bad input to the programs and jobs gets one line that says what to do, no traceback,
 no hang, and nothing on disk changed (slow ones start torch, a job or a kernel); cases
 as numbered in the reliability findings' bad-input table (§4). The flags' lines, which
-launch checks before any job: tests/unit/test_bad_input.py; snapshots in a job:
-test_snapshots.py."""
+launch checks before any job: tests/unit/test_bad_input.py; snapshots:
+test_snapshots.py and tests/unit/test_snapshot.py."""
 import contextlib
 import shutil
 import socketserver
@@ -12,10 +12,9 @@ import time
 
 import nbformat
 import pytest
-import torch
 
 import data_parallel as dp
-from data_parallel import CPU_ONLY, launch, snapshot
+from data_parallel import CPU_ONLY, launch
 from tests.jobs.helpers import failure, python
 
 OFFLINE = {'http_proxy': 'http://127.0.0.1:9', 'https_proxy': 'http://127.0.0.1:9'}
@@ -127,20 +126,6 @@ def test_a_batch_that_does_not_split_evenly_stops_the_job_in_one_line(
     said = str(error.value).splitlines()
     assert said[0] == 'torchrun exited with code 1:' and said[-1] == line, said
     assert said.count(line) == 1 and 'Traceback' not in str(error.value), said
-
-
-def test_a_damaged_snapshot_gets_one_line_and_stays_as_it_is(tmp_path):
-    """A pickled module, which weights_only refuses: the line gives no advice to load
-    it anyway (a file cut short, other keys: test_snapshot.py)."""
-    path = tmp_path / 'snapshot.pt'
-    torch.save({'model': torch.nn.Linear(2, 2)}, path)
-    before = path.read_bytes()
-    with pytest.raises(snapshot.Damaged) as error:
-        snapshot.read(path)
-    assert str(error.value) == (
-        f'--snapshot {path} holds more than tensors and numbers, or is damaged: it is '
-        'not a snapshot of this script. Move it away, or pass another --snapshot path.')
-    assert path.read_bytes() == before
 
 
 def test_a_truncated_data_file_is_named(tmp_path, fashion_root):

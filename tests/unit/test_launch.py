@@ -5,9 +5,9 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 import types
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -227,18 +227,11 @@ def test_the_orphan_guard_is_linux_only(monkeypatch):
 def test_the_orphan_guard_refuses_a_thread_other_than_the_main_one():
     """PR_SET_PDEATHSIG fires when the thread that started the child ends (prctl(2)): a
     guarded sleep started from a thread that then ended was SIGTERMed (rel L6)."""
-    said = []
-
-    def guard():
-        with pytest.raises(RuntimeError) as error:
-            processes.guarded(['sleep'])
-        said.append(str(error.value))
-    thread = threading.Thread(target=guard)
-    thread.start()
-    thread.join()
-    assert said == ['start jobs and clusters from the main thread: Linux ends a '
-                    'guarded process when the thread that started it ends '
-                    '(PR_SET_PDEATHSIG)']
+    line = re.escape('start jobs and clusters from the main thread: Linux ends a '
+                     'guarded process when the thread that started it ends '
+                     '(PR_SET_PDEATHSIG)')
+    with ThreadPoolExecutor(1) as thread, pytest.raises(RuntimeError, match=line):
+        thread.submit(processes.guarded, ['sleep']).result()  # raises its error here
     assert processes.guarded(['sleep'])[-1] == 'sleep'  # the main thread's: guarded
 
 
@@ -401,14 +394,11 @@ def test_spawned_processes_that_never_end_fail_the_test_in_time(spawn):
     assert time.monotonic() - start < 60
 
 
-def test_the_loopback_is_found_by_its_address(monkeypatch):
+@pytest.mark.parametrize('other, lo', [('en0', 'lo0'), ('eth0', 'lo')],
+                         ids=['macos', 'linux'])
+def test_the_loopback_is_found_by_its_address(monkeypatch, other, lo):
     """Chapter 7's two "nodes" bind to it: lo on Linux, lo0 on macOS."""
-    def table(*names):
-        def addresses(name):
-            ip = '127.0.0.1' if name.startswith('lo') else '10.0.0.2'
-            return [types.SimpleNamespace(address=ip)]  # psutil's snicaddr, in short
-        return lambda: {name: addresses(name) for name in names}
-    monkeypatch.setattr(psutil, 'net_if_addrs', table('en0', 'lo0'))
-    assert launch.loopback_interface() == 'lo0'
-    monkeypatch.setattr(psutil, 'net_if_addrs', table('eth0', 'lo'))
-    assert launch.loopback_interface() == 'lo'
+    table = {other: [types.SimpleNamespace(address='10.0.0.2')],  # psutil's snicaddr
+             lo: [types.SimpleNamespace(address='127.0.0.1')]}  # in short
+    monkeypatch.setattr(psutil, 'net_if_addrs', lambda: table)
+    assert launch.loopback_interface() == lo

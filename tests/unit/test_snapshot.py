@@ -39,13 +39,6 @@ def two_saved(tmp_path):
     return path
 
 
-@pytest.fixture
-def cut_short(two_saved):
-    """two_saved's a.pt, cut short: damaged, with a good snapshot before it."""
-    two_saved.write_bytes(b'cut short')
-    return two_saved
-
-
 @pytest.mark.parametrize('damaged', [False, True], ids=['newest', 'its-fallback'])
 @pytest.mark.parametrize('flags, says', [
     (['--model', 'resnet18'], 'was taken with --model lenet (this run: resnet18)'),
@@ -100,9 +93,10 @@ class Crash(BaseException):
 
 
 def test_a_crash_inside_the_restore_leaves_a_snapshot_to_resume_from(
-        tmp_path, cut_short, monkeypatch):
+        tmp_path, two_saved, monkeypatch):
     """C10(b): death between setting the damaged file aside and putting prev back."""
-    path, real_replace = cut_short, files.replace
+    path, real_replace = two_saved, files.replace
+    path.write_bytes(b'cut short')  # damaged, with a good snapshot before it
 
     def dies_before_path_is_replaced(src, dst):
         if str(dst) == str(path):
@@ -119,23 +113,19 @@ def test_a_crash_inside_the_restore_leaves_a_snapshot_to_resume_from(
     assert 'a.pt.damaged-2' not in names(tmp_path)  # the same damaged file, once
 
 
-def full_disk(obj, f, *args, **kwargs):
-    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-
-def half_then_fail(obj, f, *args, **kwargs):
-    with open(f, 'wb') as out:
-        out.write(b'PK half a snapshot')
-    raise RuntimeError('[enforce fail at inline_container.cc:664] . unexpected pos 64')
-
-
-@pytest.mark.parametrize('fails, reason', [(full_disk, 'No space left on device'),
-                                           (half_then_fail, 'the write failed')])
+@pytest.mark.parametrize('error, reason', [
+    (OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), 'No space left on device'),
+    (RuntimeError('[enforce fail at inline_container.cc:664] . unexpected pos 64'),
+     'the write failed')], ids=['full-disk', 'torch-save-failed'])
 def test_a_failed_write_leaves_the_snapshots_and_no_temporary(
-        tmp_path, two_saved, monkeypatch, one_process, fails, reason):
+        tmp_path, two_saved, monkeypatch, one_process, error, reason):
     """C11: a full disk or an I/O error in torch.save: one line, exit, nothing lost."""
     path = two_saved
-    monkeypatch.setattr(snapshot.torch, 'save', fails)
+
+    def half_then_fail(obj, f, *args, **kwargs):
+        Path(f).write_bytes(b'PK half a snapshot')
+        raise error
+    monkeypatch.setattr(snapshot.torch, 'save', half_then_fail)
     with pytest.raises(SystemExit) as exit_info:
         save(path, 3, snapshot.save)
     line = exit_info.value.code
@@ -181,23 +171,21 @@ def test_file_and_folder_are_flushed_before_and_after_the_rename(tmp_path, monke
     """And the temporaries of a crashed save are removed."""
     for stale in ('a.pt.tmp', 'a.pt.prev.tmp', 'a.pt.x1y2z3.tmp'):
         (tmp_path / stale).write_bytes(b'half')
-    events = []
-    real_fsync, real_replace = os.fsync, os.replace
+    events, real_fsync, real_replace = [], os.fsync, os.replace
 
     def fsync(fd):
-        events.append(('fsync', os.path.basename(os.readlink(f'/proc/self/fd/{fd}'))))
+        events.append(('fsync', os.readlink(f'/proc/self/fd/{fd}')))
         real_fsync(fd)
 
     def replace(src, dst):
-        events.append(('replace', os.path.basename(src), os.path.basename(dst)))
+        events.append(('replace', src, dst))
         real_replace(src, dst)
-
     monkeypatch.setattr(os, 'fsync', fsync)
     monkeypatch.setattr(os, 'replace', replace)
     snapshot.lock(tmp_path / 'a.pt')  # as newest does: no other job writes them
     save(tmp_path / 'a.pt', 1)
-    events = [tuple(re.sub(r'\.\w+\.tmp$', '.TMP', name) for name in event)
-              for event in events]  # each save's own temporary name
+    events = [tuple(re.sub(r'\.\w+\.tmp$', '.TMP', os.path.basename(name))
+                    for name in event) for event in events]  # each save's own .tmp
     assert events == [('fsync', 'a.pt.TMP'), ('replace', 'a.pt.TMP', 'a.pt'),
                       ('fsync', tmp_path.name)]
     assert names(tmp_path) == ['a.pt', 'a.pt.lock']
@@ -219,10 +207,11 @@ def test_without_a_lock_another_writers_temporary_is_left_alone(tmp_path, monkey
 @pytest.mark.parametrize('earlier, kept', [
     (b'', 'a.pt.damaged'), (b'damaged long ago', 'a.pt.damaged-2')],
     ids=['first-damage', 'damaged-before'])
-def test_a_damaged_newest_snapshot_gives_way_to_the_previous_one(tmp_path, cut_short,
+def test_a_damaged_newest_snapshot_gives_way_to_the_previous_one(tmp_path, two_saved,
                                                                  capsys, earlier, kept):
     """An earlier damaged copy (a.pt.damaged) is kept as it was."""
-    path = cut_short
+    path = two_saved
+    path.write_bytes(b'cut short')
     if earlier:
         (tmp_path / 'a.pt.damaged').write_bytes(earlier)
     assert snapshot.newest(path, ARGS)['epoch'] == 1
@@ -233,18 +222,29 @@ def test_a_damaged_newest_snapshot_gives_way_to_the_previous_one(tmp_path, cut_s
     assert (tmp_path / 'a.pt.damaged').read_bytes() == (earlier or b'cut short')
     # separate files: writing into path in place (cp, torch.save) leaves prev alone
     assert not os.path.samefile(path, snapshot.previous(path))
-    assert epoch_of(path) == 1  # the next save keeps this one as prev
-    save(path, 2)
-    assert epoch_of(snapshot.previous(path)) == 1
+    assert epoch_of(path) == 1
 
 
-def test_with_no_good_previous_snapshot_the_job_stops_with_one_line(cut_short):
-    path = cut_short
+@pytest.mark.parametrize('held, says', [
+    (b'cut short', 'is damaged or not a PyTorch file'),
+    # weights_only refuses a pickled module: the line gives no advice to load it anyway
+    ({'model': torch.nn.Linear(2, 2)}, 'holds more than tensors and numbers, or is '
+     'damaged: it is not a snapshot of this script'),
+    ({'model': {}}, 'is not a snapshot of this script')], ids=['cut', 'pickle', 'keys'])
+def test_with_no_good_previous_snapshot_the_job_stops_with_one_line(two_saved, held,
+                                                                    says):
+    path = two_saved
+    if isinstance(held, bytes):
+        path.write_bytes(held)
+    else:
+        torch.save(held, path)
     snapshot.previous(path).write_bytes(b'also cut')
+    before = path.read_bytes()
     with pytest.raises(snapshot.Damaged) as error:
         snapshot.newest(path, ARGS)
-    assert str(error.value).startswith(f'--snapshot {path} is damaged')
-    assert path.read_bytes() == b'cut short'  # nothing moved or changed
+    assert str(error.value) == (f'--snapshot {path} {says}. Move it away, or pass '
+                                'another --snapshot path.')
+    assert path.read_bytes() == before  # nothing moved or changed
 
 
 @pytest.mark.parametrize('path, says', [
