@@ -1,4 +1,5 @@
-"""Fixtures of the book's tests: the project's wheel, and the wheel installed alone."""
+"""Fixtures of the book's tests: the project's wheel, the wheel installed alone; which
+chapter runs as its reader copy."""
 import subprocess
 import sys
 
@@ -26,3 +27,16 @@ def site(tmp_path_factory, wheel):
                     '--target', str(target), str(wheel)], check=True, timeout=300)
     assert (target / 'data_parallel' / 'train_ddp.py').exists()
     return target
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected what they do
+def pytest_collection_modifyitems(config, items):
+    """A chapter whose reader copy runs in this session (test_reader_runs.py, hidden
+    checks kept) is not run a second time from book/: each cell runs once."""
+    copies = {item.callspec.params['chapter'] for item in items
+              if getattr(item, 'originalname', '')
+              == 'test_reader_copy_runs_alone_in_an_empty_folder'}
+    twice = [item for item in items if item.path in copies]
+    if twice:
+        config.hook.pytest_deselected(items=twice)
+        items[:] = [item for item in items if item.path not in copies]
