@@ -60,9 +60,11 @@ book: $(STAMP)
 	$(VENV)/bin/jupyter-book build --all -W -n --keep-going .
 	@echo "Open the book: file://$(CURDIR)/_build/html/index.html"
 
-# --durations: the slowest tests and cells, so that a slow CI run shows what got slower
+# --durations: the slowest tests and cells, so that a slow CI run shows what got slower.
+# The files in the order tests/book/conftest.py gives them: the longest first.
 test: $(STAMP)
-	$(PY) -m pytest $(XDIST) $(NBVAL) --durations=15 tests $(CHAPTERS)
+	$(PY) -m pytest $(XDIST) $(if $(XDIST),--no-loadscope-reorder) $(NBVAL) \
+	  --durations=15 tests $(CHAPTERS)
 
 unit: $(STAMP)
 	$(PY) -m pytest -m "not slow" tests

@@ -1,11 +1,12 @@
 """Fixtures of the book's tests: the project's wheel, the wheel installed alone; which
 chapter runs as its reader copy."""
+import collections
 import subprocess
 import sys
 
 import pytest
 
-from tests.chapters import ROOT
+from tests.chapters import ROOT, chapters_with
 
 
 @pytest.fixture(scope='session')
@@ -32,11 +33,17 @@ def site(tmp_path_factory, wheel):
 @pytest.hookimpl(trylast=True)  # after -m and -k have deselected what they do
 def pytest_collection_modifyitems(config, items):
     """A chapter whose reader copy runs in this session (test_reader_runs.py, hidden
-    checks kept) is not run a second time from book/: each cell runs once."""
+    checks kept) is not run a second time from book/: each cell runs once. Then the
+    order xdist takes the files in (make test: --no-loadscope-reorder): those that last
+    longest first, the reader runs (chapter 7's copy, 10 minutes in make test) and the
+    long chapters (book/chapters.toml), then those with the most tests, as xdist would."""
     copies = {item.callspec.params['chapter'] for item in items
               if getattr(item, 'originalname', '')
               == 'test_reader_copy_runs_alone_in_an_empty_folder'}
     twice = [item for item in items if item.path in copies]
     if twice:
         config.hook.pytest_deselected(items=twice)
-        items[:] = [item for item in items if item.path not in copies]
+    first = {ROOT / 'tests' / 'book' / 'test_reader_runs.py', *chapters_with('long')}
+    tests = collections.Counter(item.path for item in items)
+    items[:] = sorted((item for item in items if item.path not in copies),
+                      key=lambda item: (item.path not in first, -tests[item.path]))

@@ -5,7 +5,7 @@ import pytest
 from tests.chapters import CHAPTERS, FACTS, chapters_with, code_cells, python
 
 KNOWN = {'gpu_check': [True], 'sizes_jobs': [True], 'alone': [True],
-         'needs': [['user namespaces'], ['root', 'SLURM']]}
+         'long': [True], 'needs': [['user namespaces'], ['root', 'SLURM']]}
 
 
 def calling(call):
