@@ -2,9 +2,8 @@
 included, each alone in an empty folder, the package from the project's wheel (not the
 clone), offline. Under nbval, with the chapter's hidden checks kept: this run is the
 chapter's run in make test (its cells in book/ are deselected, tests/book/conftest.py),
-so every cell runs once. The copies all start at once: with few tests, this file is
-among the last that make test's workers take, and then it lasts as long as its longest
-copy, not as long as all of them one after the other."""
+so every cell runs once. The copies all start at once, and make test takes this file
+first (tests/book/conftest.py): it lasts as long as its longest copy, beside the rest."""
 import json
 import os
 import subprocess
